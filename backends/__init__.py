@@ -1,0 +1,1 @@
+"""Store backends, imported as ``discovery_sync.backends.<name>``; connect() loads them lazily."""

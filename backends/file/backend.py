@@ -1,0 +1,271 @@
+"""The file-system backend: one directory tree shared by every client on a host (or an NFS mount).
+
+Threads of a client, all named and daemonic, all stopped by ``shutdown()``:
+
+* ``discovery-sync-file-heartbeat``: touches this client's files so readers see them alive,
+  and writes back any that were swept while the client stalled;
+* ``discovery-sync-file-rescan``: rescans every bucket, reconciles watches (missed changes,
+  then ``Resync``), warns about unreadable files and deletes dead records;
+* the watchdog observer (started with the first watch): re-reads files as they change.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import threading
+from pathlib import Path
+from typing import Any
+
+from discovery_sync.broadcast import FeedSet
+from discovery_sync.discovery import Discovery
+from discovery_sync.errors import BackendUnavailable, DiscoveryError, ValidationError
+from discovery_sync.events import DiscoveryEvent
+from discovery_sync.identity import DiscoveryInstanceId, RecordKind
+from discovery_sync.model import DiscoveryInstance, instance_from_json, instance_to_json
+from discovery_sync.periodic import PeriodicThread
+from discovery_sync.queries import Query
+from discovery_sync.watch import WatchFeed
+
+from .layout import StoreLayout
+from .locks import StoreLocks
+from .notify import DirectoryNotifier
+from .records import read_record, remove_record, touch_record, write_record
+from .view import BucketView, Entry
+
+log = logging.getLogger("discovery_sync.backends.file")
+
+DEFAULT_TTL = 10.0
+REFERENCE_TTL = 10.0  # reference workers sweep files older than 10 s whatever our TTL is
+MAX_CONSECUTIVE_SCAN_ERRORS = 3
+
+
+class FileDiscovery(Discovery):
+    """Discovery on a directory tree laid out like the reference runtime's FileStore.
+
+    :param root: the store directory (created if missing).
+    :param ttl: seconds a record survives without a heartbeat (as judged by each reader).
+    :param observer: ``inotify`` (one host) or ``polling`` (network filesystems).
+    :param lock: ``hard`` (flock) or ``soft`` (O_EXCL marker files, for network filesystems).
+    :param rescan_interval: seconds between full rescans (default: min(2, ttl/3)).
+    :param poll_interval: seconds between directory polls of the polling observer.
+    :param lock_timeout: seconds to wait for a store lock before LockTimeout.
+    """
+
+    backend_name = "file"
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        ttl: float = DEFAULT_TTL,
+        observer: str = "inotify",
+        lock: str = "hard",
+        rescan_interval: float | None = None,
+        poll_interval: float = 0.5,
+        lock_timeout: float = 10.0,
+        instance_id: int | None = None,
+    ) -> None:
+        super().__init__()
+        if not ttl > 0:
+            raise ValidationError(f"ttl must be a positive number of seconds, got {ttl!r}")
+        self.layout = StoreLayout(root)
+        self.ttl = float(ttl)
+        self.heartbeat_interval = max(min(self.ttl, REFERENCE_TTL) / 3, 0.25)
+        self.rescan_interval = rescan_interval if rescan_interval is not None else min(2.0, self.ttl / 3)
+        self._instance_id = instance_id if instance_id is not None else secrets.randbits(64)
+        self._locks = StoreLocks(lock, lock_timeout)
+        self._notifier = DirectoryNotifier(observer, poll_interval)
+        try:
+            self.layout.ensure()
+        except OSError as exc:
+            raise BackendUnavailable(f"cannot create the file store at {self.layout.root}: {exc}") from exc
+        self._feeds = FeedSet()
+        self._views = {
+            kind: BucketView(kind, self.layout.buckets[kind], self.ttl, self._feeds.publish) for kind in RecordKind
+        }
+        self._start_lock = threading.Lock()
+        self._scan_errors = 0
+        self._heartbeat = PeriodicThread(
+            "discovery-sync-file-heartbeat", self.heartbeat_interval, self._beat, on_error=self._heartbeat_error
+        )
+        self._rescanner = PeriodicThread(
+            "discovery-sync-file-rescan", self.rescan_interval, self.rescan, on_error=self._rescan_error
+        )
+        self._heartbeat.start()
+        self._rescanner.start()
+
+    @property
+    def instance_id(self) -> int:
+        return self._instance_id
+
+    @property
+    def root(self) -> Path:
+        return self.layout.root
+
+    @property
+    def observer_kind(self) -> str:
+        return self._notifier.kind
+
+    @property
+    def lock_mode(self) -> str:
+        return self._locks.mode
+
+    # -- storage primitives ---------------------------------------------------------------------------
+    def _get(self, instance_id: DiscoveryInstanceId) -> DiscoveryInstance | None:
+        raw = read_record(self.layout.path_of(instance_id))
+        if raw is None:
+            return None
+        try:
+            return instance_from_json(raw)
+        except ValidationError:
+            log.warning("the stored record %s is unreadable; treating it as absent", instance_id.to_path())
+            return None
+
+    def _create(self, instance: DiscoveryInstance) -> DiscoveryInstance | None:
+        instance_id = instance.id()
+        name = self.layout.file_name(instance_id)
+        directory = self.layout.buckets[instance.kind]
+        if self._write(directory, name, instance, create_only=True):
+            return None
+        existing = self._get(instance_id)
+        if existing is None:
+            raise DiscoveryError(
+                f"{instance.kind.value} {instance_id.to_path()} exists in the store but cannot be read; "
+                f"delete {directory / name} or run 'discovery-sync gc'"
+            )
+        return existing
+
+    def _replace(self, instance: DiscoveryInstance) -> None:
+        self._write(
+            self.layout.buckets[instance.kind], self.layout.file_name(instance.id()), instance, create_only=False
+        )
+
+    def _write(self, directory: Path, name: str, instance: DiscoveryInstance, *, create_only: bool) -> bool:
+        try:
+            return write_record(directory, name, instance_to_json(instance), create_only=create_only)
+        except OSError as exc:
+            raise BackendUnavailable(f"cannot write {directory / name}: {exc}") from exc
+
+    def _delete(self, instance_id: DiscoveryInstanceId) -> None:
+        try:
+            remove_record(self.layout.path_of(instance_id))
+        except OSError as exc:
+            raise BackendUnavailable(f"cannot delete {instance_id.to_path()}: {exc}") from exc
+
+    def _list(self, query: Query) -> list[DiscoveryInstance]:
+        view = self._views[query.kind]
+        prefix = self.layout.name_prefix(query)
+        try:
+            view.refresh(prefix)
+        except OSError as exc:
+            raise BackendUnavailable(f"cannot read {view.directory}: {exc}") from exc
+        return view.valid(prefix, skip=self._owned_names(query.kind))
+
+    def _store_lock(self, key: str) -> contextlib.AbstractContextManager[Any]:
+        return self._locks.hold(self.layout.lock_path(key), key)
+
+    def _open_feed(self, feed: WatchFeed) -> None:
+        self._ensure_notifier()
+        view = self._views[feed.query.kind]
+        prefix = self.layout.name_prefix(feed.query)
+        with view.lock:  # no change may be published between the snapshot and the subscription
+            view.refresh(prefix)
+            feed.start(view.valid(prefix, skip=self._owned_names(feed.query.kind)))
+            self._feeds.add(feed)
+
+    def _probe(self) -> None:
+        for directory in self.layout.buckets.values():
+            if not os.access(directory, os.R_OK | os.W_OK | os.X_OK):
+                raise BackendUnavailable(f"the file store directory {directory} is missing or not writable")
+        try:
+            with os.scandir(self.layout.buckets[RecordKind.ENDPOINT]):
+                pass
+        except OSError as exc:
+            raise BackendUnavailable(f"cannot read the file store at {self.layout.root}: {exc}") from exc
+
+    def _close(self) -> None:
+        self._heartbeat.stop()
+        self._rescanner.stop()
+        self._notifier.stop()
+        self._feeds.close_all()
+
+    # -- notification -----------------------------------------------------------------------------------
+    def _ensure_notifier(self) -> None:
+        with self._start_lock:
+            if self._notifier.started:
+                return
+            callbacks = {
+                self.layout.buckets[kind]: (lambda name, view=view: view.refresh_name(name))
+                for kind, view in self._views.items()
+            }
+            try:
+                self._notifier.start(callbacks, self._notification_error)
+            except OSError as exc:
+                raise BackendUnavailable(f"cannot watch the file store at {self.layout.root}: {exc}") from exc
+
+    def _notification_error(self, exc: BaseException) -> None:
+        log.warning("error while handling a file notification (the next rescan repairs it): %s", exc)
+        self._rescanner.wake()
+
+    # -- heartbeat --------------------------------------------------------------------------------------
+    def _beat(self) -> None:
+        # dict() copies atomically under the GIL, without waiting for a long API call's lock
+        for instance_id, instance in dict(self._owned).items():
+            path = self.layout.path_of(instance_id)
+            if touch_record(path) or self._closed:
+                continue
+            with self._api_lock:
+                if self._owned.get(instance_id) is not instance or self._closed:
+                    continue  # unregistered meanwhile
+                log.warning("record %s was removed from the store while this client is alive; writing it again", path)
+                write_record(path.parent, path.name, instance_to_json(instance), create_only=True)
+
+    def _heartbeat_error(self, exc: BaseException) -> bool:
+        log.error("heartbeat of the file store at %s failed: %s", self.layout.root, exc)
+        return isinstance(exc, (OSError, DiscoveryError))
+
+    # -- rescan -----------------------------------------------------------------------------------------
+    def rescan(self) -> None:
+        """Rescan every bucket now: publish missed changes (then Resync), delete dead records."""
+        if self._notifier.started and not self._notifier.is_alive():
+            log.warning("the file-store observer stopped; restarting it and resynchronising")
+            self._notifier.stop()
+            self._ensure_notifier()
+        for kind, view in self._views.items():
+            missed: list[tuple[DiscoveryEvent, DiscoveryInstance | None]] = []
+            view.refresh(publish=lambda event, instance, into=missed: into.append((event, instance)))
+            self._feeds.publish_missed(kind, missed)
+            view.warn_pending()
+            self._collect_garbage(view)
+        self._scan_errors = 0
+
+    def _collect_garbage(self, view: BucketView) -> None:
+        for name, entry in view.dead(self._owned_names(view.kind)):
+            if _still_unchanged(view.directory / name, entry):
+                log.info("removing %s/%s: no heartbeat for %.1f s", view.kind.bucket, name, view.ttl)
+                remove_record(view.directory / name)
+            view.refresh_name(name)
+
+    def _rescan_error(self, exc: BaseException) -> bool:
+        if isinstance(exc, OSError):
+            self._scan_errors += 1
+            log.warning("rescan of %s failed (%d in a row): %s", self.layout.root, self._scan_errors, exc)
+            if self._scan_errors < MAX_CONSECUTIVE_SCAN_ERRORS:
+                return True
+        self._feeds.fail(exc)
+        return isinstance(exc, OSError)
+
+    def _owned_names(self, kind: RecordKind) -> frozenset[str]:
+        return frozenset(self.layout.file_name(i) for i in dict(self._owned) if i.kind is kind)
+
+
+def _still_unchanged(path: Path, entry: Entry) -> bool:
+    """Re-check a dead file right before deleting it: same inode, same mtime."""
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return (st.st_ino, st.st_mtime_ns) == (entry.ino, entry.mtime_ns)

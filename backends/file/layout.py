@@ -1,0 +1,62 @@
+"""Where things live in a file store (identical to the reference runtime's FileStore).
+
+``root/v1/instances/``, ``root/v1/mdc/``, ``root/v1/event_channels/``, ``root/v1/event_sources/``
+hold one file per record, named by percent-encoding its identity path (every byte that is not
+an ASCII letter or digit becomes ``%XX``). Locks live in ``root/.locks/``: nothing but records
+(and the writers' ``.tmp_*`` files) ever goes in a bucket directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+from discovery_sync.errors import ValidationError
+from discovery_sync.identity import DiscoveryInstanceId, RecordKind
+from discovery_sync.pathcodec import encode_filename
+from discovery_sync.queries import Query
+
+MAX_FILENAME_BYTES = 255
+DEFAULT_DIRNAME = "dynamo_store_kv"
+
+
+def default_root() -> Path:
+    """``DYN_FILE_KV``, else ``{tempdir}/dynamo_store_kv`` (where reference workers meet by default)."""
+    configured = os.environ.get("DYN_FILE_KV", "").strip()
+    return Path(configured) if configured else Path(tempfile.gettempdir()) / DEFAULT_DIRNAME
+
+
+class StoreLayout:
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        self.buckets = {kind: self.root / kind.bucket for kind in RecordKind}
+        self.lock_dir = self.root / ".locks"
+
+    def ensure(self) -> None:
+        """Create the bucket and lock directories (a no-op when they exist)."""
+        for directory in (*self.buckets.values(), self.lock_dir):
+            directory.mkdir(parents=True, exist_ok=True)
+
+    def file_name(self, instance_id: DiscoveryInstanceId) -> str:
+        name = encode_filename(instance_id.to_path())
+        if len(name) > MAX_FILENAME_BYTES:
+            raise ValidationError(
+                f"{instance_id.kind.value} {instance_id.to_path()!r} is too long for the file store: its file "
+                f"name would be {len(name)} bytes, the limit is {MAX_FILENAME_BYTES}; use shorter names"
+            )
+        return name
+
+    def path_of(self, instance_id: DiscoveryInstanceId) -> Path:
+        return self.buckets[instance_id.kind] / self.file_name(instance_id)
+
+    @staticmethod
+    def name_prefix(query: Query) -> str:
+        """The file-name prefix shared by every record a query can match."""
+        relative = query.key_prefix()[len(query.kind.bucket) + 1 :]
+        return encode_filename(relative)
+
+    def lock_path(self, key: str) -> Path:
+        digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
+        return self.lock_dir / f"{digest}.lock"

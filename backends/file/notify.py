@@ -1,0 +1,100 @@
+"""Change notification for bucket directories with watchdog.
+
+Every notification means only "re-read this file": the view decides what changed. inotify
+(the default) serves one host; the polling observer also sees other hosts' writes on network
+filesystems. Neither is trusted to be complete — watchdog drops inotify queue overflows — so
+the backend's periodic rescan remains the safety net.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from watchdog.events import (
+    FileClosedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
+from watchdog.observers.api import BaseObserver
+
+from discovery_sync.errors import ValidationError
+
+log = logging.getLogger("discovery_sync.backends.file")
+
+OBSERVER_KINDS = ("inotify", "polling")
+
+
+class _BucketHandler(FileSystemEventHandler):
+    def __init__(self, on_name: Callable[[str], None], on_error: Callable[[BaseException], None]) -> None:
+        self._on_name = on_name
+        self._on_error = on_error
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        try:
+            for path in (event.src_path, getattr(event, "dest_path", "")):
+                if path:
+                    name = os.path.basename(os.fsdecode(path))
+                    if name and not name.startswith("."):
+                        self._on_name(name)
+        except Exception as exc:  # never let an error kill watchdog's dispatch thread silently
+            self._on_error(exc)
+
+
+class DirectoryNotifier:
+    """Watches several directories (non-recursively) and reports changed file names."""
+
+    def __init__(self, kind: str = "inotify", poll_interval: float = 0.5) -> None:
+        if kind not in OBSERVER_KINDS:
+            raise ValidationError(f"observer {kind!r} is not valid: use one of {', '.join(OBSERVER_KINDS)}")
+        self.kind = kind
+        self.poll_interval = poll_interval
+        self._observer: BaseObserver | None = None
+
+    def start(
+        self,
+        directories: dict[Path, Callable[[str], None]],
+        on_error: Callable[[BaseException], None],
+    ) -> None:
+        observer = self._make_observer()
+        if self.kind == "inotify":
+            # attribute changes (heartbeat touches) and bare modifications of half-written files are skipped
+            wanted = [FileCreatedEvent, FileDeletedEvent, FileMovedEvent, FileClosedEvent]
+        else:
+            wanted = [FileCreatedEvent, FileDeletedEvent, FileMovedEvent, FileModifiedEvent]
+        for directory, on_name in directories.items():
+            observer.schedule(_BucketHandler(on_name, on_error), str(directory), recursive=False, event_filter=wanted)
+        observer.name = f"discovery-sync-file-{self.kind}"
+        observer.daemon = True
+        observer.start()
+        self._observer = observer
+
+    def _make_observer(self) -> BaseObserver:
+        if self.kind == "polling":
+            from watchdog.observers.polling import PollingObserver
+
+            return PollingObserver(timeout=self.poll_interval)
+        from watchdog.observers.inotify import InotifyObserver
+
+        return InotifyObserver()
+
+    def is_alive(self) -> bool:
+        if self._observer is None:
+            return False
+        return self._observer.is_alive() and all(e.is_alive() for e in self._observer.emitters)
+
+    @property
+    def started(self) -> bool:
+        return self._observer is not None
+
+    def stop(self) -> None:
+        observer, self._observer = self._observer, None
+        if observer is not None:
+            observer.stop()
+            observer.join(5.0)

@@ -1,0 +1,81 @@
+"""Atomic record files: write a temp file, then link (create-if-absent) or rename (overwrite).
+
+Readers therefore never see a partial record written by this library; names starting with
+``.`` are temp files and are never records.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+from pathlib import Path
+
+TEMP_PREFIX = ".tmp_"
+
+
+def write_record(directory: Path, name: str, data: bytes, *, create_only: bool) -> bool:
+    """Write ``data`` as ``directory/name``. With ``create_only`` an existing file is kept and
+    False is returned; otherwise the file is replaced atomically. True when written."""
+    temp = directory / f"{TEMP_PREFIX}{secrets.randbits(64):016x}"
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        target = directory / name
+        if not create_only:
+            os.replace(temp, target)
+            return True
+        try:
+            os.link(temp, target)
+        except FileExistsError:
+            return False
+        return True
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+
+
+def read_record(path: Path | str) -> bytes | None:
+    """The file's bytes, or None when it does not exist (or is not a regular file)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    except IsADirectoryError:
+        return None
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError as exc:
+        if exc.errno == errno.EISDIR:
+            return None
+        raise
+    finally:
+        os.close(fd)
+
+
+def remove_record(path: Path | str) -> bool:
+    """Delete the file; False when it was already gone."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def touch_record(path: Path | str) -> bool:
+    """Set the file's mtime to now (its heartbeat); False when the file is gone."""
+    try:
+        os.utime(path)
+    except FileNotFoundError:
+        return False
+    return True

@@ -1,0 +1,198 @@
+"""One bucket directory as this reader sees it: parsed records, liveness, change events.
+
+A file is re-read only when its (inode, size, mtime) changed, and re-parsed only when its
+bytes changed, so a rescan of an unchanged store costs one ``stat`` per file. Atomic writers
+give every new content a new inode; a heartbeat only moves the mtime.
+
+Liveness follows design §6: a record is dead when its mtime has not changed for ``ttl``
+seconds *of this reader's monotonic clock*, counted from the moment this reader first saw
+that mtime. Comparing mtimes with the local wall clock is never done, so skewed clocks between
+hosts cannot kill a live worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from discovery_sync.errors import ValidationError
+from discovery_sync.events import DiscoveryEvent, Removed
+from discovery_sync.identity import RecordKind
+from discovery_sync.model import DiscoveryInstance, instance_from_json
+from discovery_sync.reconcile import Change, apply
+
+from .records import read_record
+
+log = logging.getLogger("discovery_sync.backends.file")
+
+Publish = Callable[[DiscoveryEvent, "DiscoveryInstance | None"], None]
+
+
+@dataclass(slots=True)
+class Entry:
+    ino: int
+    size: int
+    mtime_ns: int
+    seen_at: float  # reader's monotonic time when this mtime was first observed
+    raw: bytes
+    valid: DiscoveryInstance | None  # the last valid value stored under this name
+    corrupt: bool = False
+    warned: bool = False  # reset with every new content
+
+    @property
+    def version(self) -> tuple[int, int, int]:
+        return (self.ino, self.size, self.mtime_ns)
+
+
+class BucketView:
+    """The cached state of one bucket directory. All methods are thread-safe.
+
+    Every method that reads the directory reports the changes it finds through ``publish``
+    while holding the view's lock, so subscribers see changes in the order the view applied
+    them.
+    """
+
+    def __init__(
+        self,
+        kind: RecordKind,
+        directory: Path,
+        ttl: float,
+        publish: Publish,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.kind = kind
+        self.directory = directory
+        self.ttl = ttl
+        self.lock = threading.RLock()
+        self._publish = publish
+        self._clock = clock
+        self._entries: dict[str, Entry] = {}
+
+    # -- reading the directory --------------------------------------------------------------------
+    def refresh(self, name_prefix: str = "", *, warn: bool = True, publish: Publish | None = None) -> None:
+        """Scan the directory (names starting with ``name_prefix``) and publish what changed
+        (through ``publish`` when given, else through the view's subscriber)."""
+        found = _scan(self.directory, name_prefix)
+        with self.lock:
+            saved = self._publish
+            self._publish = publish or saved
+            try:
+                for name, st in found.items():
+                    self._update(name, st, warn)
+                for name in [n for n in self._entries if n.startswith(name_prefix) and n not in found]:
+                    self._drop(name)
+            finally:
+                self._publish = saved
+
+    def refresh_name(self, name: str, *, warn: bool = False) -> None:
+        """Re-read one file (after a change notification) and publish what changed."""
+        if name.startswith("."):
+            return
+        try:
+            st = os.stat(self.directory / name, follow_symlinks=False)
+        except FileNotFoundError:
+            st = None
+        with self.lock:
+            if st is None or not stat.S_ISREG(st.st_mode):
+                self._drop(name)
+            else:
+                self._update(name, st, warn)
+
+    def _update(self, name: str, st: os.stat_result, warn: bool) -> None:
+        entry = self._entries.get(name)
+        version = (st.st_ino, st.st_size, st.st_mtime_ns)
+        if entry is not None and entry.version == version:
+            return
+        now = self._clock()
+        seen_at = entry.seen_at if entry is not None and entry.mtime_ns == st.st_mtime_ns else now
+        raw = read_record(self.directory / name)
+        if raw is None:  # vanished between stat and read
+            self._drop(name)
+            return
+        if entry is not None and raw == entry.raw:
+            entry.ino, entry.size, entry.mtime_ns, entry.seen_at = *version, seen_at
+            return
+        old = entry.valid if entry is not None else None
+        new_entry = Entry(*version, seen_at, raw, old)
+        self._entries[name] = new_entry
+        try:
+            instance = instance_from_json(raw)
+            if instance.kind is not self.kind:
+                raise ValidationError(f"a {instance.kind.value} record does not belong in {self.kind.bucket}")
+        except ValidationError as exc:
+            self._note_corrupt(name, new_entry, exc, warn)
+            return
+        valid, event, change = apply(old, instance)
+        new_entry.valid = valid
+        if change is Change.REJECTED:
+            log.warning("ignoring a change of model card %s that alters more than its taints", name)
+        if event is not None:
+            self._publish(event, valid)
+
+    def _note_corrupt(self, name: str, entry: Entry, exc: Exception, warn: bool) -> None:
+        # Notifications can arrive while a non-atomic writer is mid-write, so only scans warn;
+        # they warn once per path and version.
+        entry.corrupt = True
+        if warn:
+            entry.warned = True
+            log.warning("skipping unreadable record %s in %s: %s", name, self.directory, exc)
+
+    def warn_pending(self) -> None:
+        """Warn about corrupt files seen only through notifications so far."""
+        with self.lock:
+            for name, entry in self._entries.items():
+                if entry.corrupt and not entry.warned:
+                    entry.warned = True
+                    log.warning("skipping unreadable record %s in %s", name, self.directory)
+
+    def _drop(self, name: str) -> None:
+        entry = self._entries.pop(name, None)
+        if entry is not None and entry.valid is not None:
+            self._publish(Removed(entry.valid.id()), None)
+
+    # -- state --------------------------------------------------------------------------------------
+    def valid(self, name_prefix: str = "", *, skip: frozenset[str] = frozenset()) -> list[DiscoveryInstance]:
+        """Live valid records (dead ones excluded) whose names start with ``name_prefix``."""
+        now = self._clock()
+        with self.lock:
+            return [
+                e.valid
+                for n, e in self._entries.items()
+                if e.valid is not None and n.startswith(name_prefix) and (n in skip or now - e.seen_at <= self.ttl)
+            ]
+
+    def dead(self, owned: frozenset[str]) -> list[tuple[str, Entry]]:
+        """Files whose mtime has not moved for ``ttl`` on this reader's clock (owned files excluded)."""
+        now = self._clock()
+        with self.lock:
+            return [(n, e) for n, e in self._entries.items() if n not in owned and now - e.seen_at > self.ttl]
+
+    def __len__(self) -> int:
+        with self.lock:
+            return len(self._entries)
+
+
+def _scan(directory: Path, name_prefix: str) -> dict[str, os.stat_result]:
+    found: dict[str, os.stat_result] = {}
+    try:
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                name = entry.name
+                if name.startswith(".") or not name.startswith(name_prefix):
+                    continue
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                if stat.S_ISREG(st.st_mode):
+                    found[name] = st
+    except FileNotFoundError:
+        pass  # the bucket directory was removed: everything in it is gone
+    return found

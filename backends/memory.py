@@ -1,0 +1,129 @@
+"""In-process backend: clients that share a :class:`MemoryRegistry` see each other's records.
+
+Meant for users' own unit tests and for single-process programs. ``memory://`` uses one
+process-wide default registry; ``memory://NAME`` a separate registry per name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import threading
+from typing import Any
+
+from discovery_sync.broadcast import FeedSet
+from discovery_sync.discovery import Discovery
+from discovery_sync.events import Removed
+from discovery_sync.identity import DiscoveryInstanceId
+from discovery_sync.model import DiscoveryInstance
+from discovery_sync.queries import Query
+from discovery_sync.reconcile import apply
+from discovery_sync.watch import WatchFeed
+
+
+class MemoryRegistry:
+    """The shared store of in-process clients; every operation is atomic under one lock."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self._records: dict[DiscoveryInstanceId, DiscoveryInstance] = {}
+        self._feeds = FeedSet()
+
+    def get(self, instance_id: DiscoveryInstanceId) -> DiscoveryInstance | None:
+        with self.lock:
+            return self._records.get(instance_id)
+
+    def create(self, instance: DiscoveryInstance) -> DiscoveryInstance | None:
+        with self.lock:
+            existing = self._records.get(instance.id())
+            if existing is None:
+                self._store(None, instance)
+            return existing
+
+    def replace(self, instance: DiscoveryInstance) -> None:
+        with self.lock:
+            self._store(self._records.get(instance.id()), instance)
+
+    def _store(self, old: DiscoveryInstance | None, new: DiscoveryInstance) -> None:
+        self._records[new.id()], event, _ = apply(old, new)
+        if event is not None:
+            self._feeds.publish(event, self._records[new.id()])
+
+    def delete(self, instance_id: DiscoveryInstanceId) -> None:
+        with self.lock:
+            if self._records.pop(instance_id, None) is not None:
+                self._feeds.publish(Removed(instance_id), None)
+
+    def list(self, query: Query) -> list[DiscoveryInstance]:
+        with self.lock:
+            return [i for i in self._records.values() if query.matches(i)]
+
+    def open_feed(self, feed: WatchFeed) -> None:
+        with self.lock:
+            feed.start(self._records.values())
+            self._feeds.add(feed)
+
+    def __len__(self) -> int:
+        with self.lock:
+            return len(self._records)
+
+
+_registries: dict[str, MemoryRegistry] = {}
+_registries_lock = threading.Lock()
+
+
+def named_registry(name: str = "") -> MemoryRegistry:
+    """The process-wide registry called ``name`` (created on first use)."""
+    with _registries_lock:
+        return _registries.setdefault(name, MemoryRegistry())
+
+
+class MemoryDiscovery(Discovery):
+    """A client of a :class:`MemoryRegistry`. Its instance id is a random u64."""
+
+    backend_name = "memory"
+
+    def __init__(self, registry: MemoryRegistry | None = None, *, instance_id: int | None = None) -> None:
+        super().__init__()
+        self.registry = registry if registry is not None else named_registry()
+        self._instance_id = instance_id if instance_id is not None else secrets.randbits(64)
+        self._watches: list[WatchFeed] = []
+
+    @property
+    def instance_id(self) -> int:
+        return self._instance_id
+
+    def _get(self, instance_id: DiscoveryInstanceId) -> DiscoveryInstance | None:
+        return self.registry.get(instance_id)
+
+    def _create(self, instance: DiscoveryInstance) -> DiscoveryInstance | None:
+        return self.registry.create(instance)
+
+    def _replace(self, instance: DiscoveryInstance) -> None:
+        self.registry.replace(instance)
+
+    def _delete(self, instance_id: DiscoveryInstanceId) -> None:
+        self.registry.delete(instance_id)
+
+    def _list(self, query: Query) -> list[DiscoveryInstance]:
+        return self.registry.list(query)
+
+    def _store_lock(self, key: str) -> contextlib.AbstractContextManager[Any]:
+        return self.registry.lock
+
+    def _open_feed(self, feed: WatchFeed) -> None:
+        self.registry.open_feed(feed)
+        self._watches.append(feed)
+
+    def _probe(self) -> None:
+        return None
+
+    def _close(self) -> None:
+        for feed in self._watches:
+            feed._close()
+        self._watches.clear()
+
+
+def from_url(netloc: str, path: str, options: dict[str, str]) -> MemoryDiscovery:
+    """``memory://[NAME]``: a client of the named in-process registry."""
+    return MemoryDiscovery(named_registry(netloc or path.strip("/")))

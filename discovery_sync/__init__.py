@@ -1,0 +1,113 @@
+"""discovery-sync: a blocking, thread-safe client of the dynamo discovery plane.
+
+import discovery_sync as ds
+
+with ds.connect("file:///tmp/store") as client:
+    client.register(ds.EndpointSpec("ns", "backend", "generate", ds.Transport.tcp("127.0.0.1:9000")))
+    with client.list_and_watch(ds.Query.endpoints("ns")) as watch:
+        for event in watch:
+            ...
+"""
+
+from .connect import connect, default_url
+from .discovery import Discovery
+from .errors import (
+    BackendUnavailable,
+    ClientClosed,
+    ConflictError,
+    DiscoveryError,
+    LockTimeout,
+    NotFoundError,
+    ValidationError,
+    WatchClosed,
+    WatchFailed,
+)
+from .events import Added, DiscoveryEvent, ModelTaintsUpdated, Removed, Resync
+from .identity import (
+    DiscoveryInstanceId,
+    EndpointInstanceId,
+    EventChannelInstanceId,
+    EventSourceInstanceId,
+    ModelCardInstanceId,
+    RecordKind,
+    id_from_path,
+)
+from .model import (
+    DiscoveryInstance,
+    Endpoint,
+    EventChannel,
+    EventSource,
+    Model,
+    instance_from_dict,
+    instance_from_json,
+    instance_to_json,
+)
+from .queries import Query
+from .scope import EndpointId, EventScope
+from .specs import EndpointSpec, EventChannelSpec, EventSourceSpec, ModelSpec, spec_from_dict
+from .taints import TOPOLOGY_TAINT_PREFIX
+from .transports import (
+    EventCodecKind,
+    EventTransport,
+    EventTransportKind,
+    NatsTransport,
+    Transport,
+    ZmqBrokerTransport,
+    ZmqTransport,
+)
+from .watch import Watch, WatchTimeout
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Added",
+    "BackendUnavailable",
+    "ClientClosed",
+    "ConflictError",
+    "Discovery",
+    "DiscoveryError",
+    "DiscoveryEvent",
+    "DiscoveryInstance",
+    "DiscoveryInstanceId",
+    "Endpoint",
+    "EndpointId",
+    "EndpointInstanceId",
+    "EndpointSpec",
+    "EventChannel",
+    "EventChannelInstanceId",
+    "EventChannelSpec",
+    "EventCodecKind",
+    "EventScope",
+    "EventSource",
+    "EventSourceInstanceId",
+    "EventSourceSpec",
+    "EventTransport",
+    "EventTransportKind",
+    "LockTimeout",
+    "Model",
+    "ModelCardInstanceId",
+    "ModelSpec",
+    "ModelTaintsUpdated",
+    "NatsTransport",
+    "NotFoundError",
+    "Query",
+    "RecordKind",
+    "Removed",
+    "Resync",
+    "TOPOLOGY_TAINT_PREFIX",
+    "Transport",
+    "ValidationError",
+    "Watch",
+    "WatchClosed",
+    "WatchFailed",
+    "WatchTimeout",
+    "ZmqBrokerTransport",
+    "ZmqTransport",
+    "connect",
+    "default_url",
+    "id_from_path",
+    "instance_from_dict",
+    "instance_from_json",
+    "instance_to_json",
+    "spec_from_dict",
+]

@@ -1,0 +1,67 @@
+"""``connect()``: build a client from a URL or from the reference runtime's environment."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import urllib.parse
+from typing import Any
+
+from .discovery import Discovery
+from .errors import ValidationError
+
+# URL scheme -> backend module (imported lazily, so `import discovery_sync` stays light)
+_SCHEMES = {
+    "file": "discovery_sync.backends.file",
+    "memory": "discovery_sync.backends.memory",
+    "mem": "discovery_sync.backends.memory",
+    "etcd": "discovery_sync.backends.etcd",
+    "kube": "discovery_sync.backends.kube",
+    "kubernetes": "discovery_sync.backends.kube",
+}
+
+# DYN_DISCOVERY_BACKEND value -> URL used when no URL is given
+_ENV_BACKENDS = {"file": "file://", "etcd": "etcd://", "kubernetes": "kube://", "mem": "memory://"}
+
+
+def default_url() -> str:
+    """The URL the environment selects (``DYN_DISCOVERY_BACKEND``, then ``ETCD_ENDPOINTS``)."""
+    backend = os.environ.get("DYN_DISCOVERY_BACKEND", "").strip()
+    if backend:
+        try:
+            return _ENV_BACKENDS[backend]
+        except KeyError:
+            raise ValidationError(
+                f"DYN_DISCOVERY_BACKEND={backend!r} is not valid: use one of {', '.join(_ENV_BACKENDS)}"
+            ) from None
+    if os.environ.get("ETCD_ENDPOINTS", "").strip():
+        return "etcd://"
+    return "file://"
+
+
+def connect(url: str | None = None, **options: Any) -> Discovery:
+    """Connect to a discovery store and return a client.
+
+    ``url`` is ``file:///path[?observer=polling&lock=soft&ttl=10]``, ``etcd://host:port[,host:port]``,
+    ``kube://`` or ``memory://[name]``; without one, the environment decides (see
+    :func:`default_url`). Keyword options override the URL's query parameters.
+    """
+    if url is None:
+        url = default_url()
+    if not isinstance(url, str):
+        raise ValidationError(f"url must be a string, got {type(url).__name__}")
+    parsed = urllib.parse.urlsplit(url)
+    module_name = _SCHEMES.get(parsed.scheme)
+    if module_name is None:
+        raise ValidationError(f"unsupported discovery URL {url!r}: the scheme must be one of {', '.join(_SCHEMES)}")
+    query: dict[str, Any] = {}
+    for key, values in urllib.parse.parse_qs(parsed.query, keep_blank_values=True).items():
+        query[key] = values[-1]
+    query.update(options)
+    try:
+        backend = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name == module_name:
+            raise ValidationError(f"the {parsed.scheme} backend is not available in this version") from None
+        raise
+    return backend.from_url(parsed.netloc, urllib.parse.unquote(parsed.path), query)

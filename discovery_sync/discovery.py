@@ -1,0 +1,287 @@
+"""The Discovery base class: the one blocking, thread-safe API every backend offers.
+
+Backends implement a handful of storage primitives (``_get``, ``_create``, ``_replace``,
+``_delete``, ``_list``, ``_store_lock``, ``_open_feed``, ``_probe``, ``_close``); the rules
+every backend shares — model conflicts with rollback, replays, taint validation, event-source
+immutability, ownership and shutdown — live here once.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import dataclasses
+import logging
+import threading
+from typing import Any
+
+from .errors import ClientClosed, ConflictError, NotFoundError, ValidationError
+from .identity import DiscoveryInstanceId, ModelCardInstanceId
+from .model import DiscoveryInstance, EventSource, Model
+from .model_cards import check_replay, conflict_error, find_conflict
+from .queries import Query
+from .reconcile import ordered
+from .specs import DiscoverySpec, EndpointSpec, EventChannelSpec, EventSourceSpec, ModelSpec
+from .taints import normalized_card, taints_of, with_taints
+from .watch import DEFAULT_WATCH_QUEUE_SIZE, Watch, WatchFeed
+
+log = logging.getLogger(__name__)
+
+_SPEC_TYPES = (EndpointSpec, ModelSpec, EventChannelSpec, EventSourceSpec)
+
+
+class Discovery(abc.ABC):
+    """A client of one discovery store.
+
+    All methods block and are safe to call from several threads. Records a client registers
+    are owned by it: they live as long as the client (its lease) and ``shutdown()`` removes
+    them at once.
+    """
+
+    #: the URL scheme of the backend, e.g. ``"file"``
+    backend_name: str = ""
+
+    def __init__(self) -> None:
+        self._api_lock = threading.RLock()
+        self._owned: dict[DiscoveryInstanceId, DiscoveryInstance] = {}
+        self._closed = False
+
+    # -- identity ---------------------------------------------------------------------------------
+    @property
+    @abc.abstractmethod
+    def instance_id(self) -> int:
+        """This client's instance id: the id its endpoints, models and event channels carry."""
+
+    # -- registration -----------------------------------------------------------------------------
+    def register(self, spec: DiscoverySpec) -> DiscoveryInstance:
+        """Store a record for this client and return the stored instance.
+
+        * Endpoints and event channels are created if absent; an existing record with the same
+          id is kept as it is (and returned).
+        * Models are refused (ConflictError) when another model is registered on the endpoint;
+          a conflict found after writing rolls the write back. Re-registering the same id is a
+          replay: accepted when only ``runtime_config.taints`` differ, and the stored taints stay.
+        * Event sources are immutable: the same descriptor again succeeds, a different one raises
+          ConflictError and keeps the original.
+        """
+        if not isinstance(spec, _SPEC_TYPES):
+            raise ValidationError(
+                f"register() takes an EndpointSpec, ModelSpec, EventChannelSpec or EventSourceSpec, "
+                f"got {type(spec).__name__}"
+            )
+        instance = spec.to_instance(self.instance_id)
+        with self._api_lock:
+            self._check_open()
+            if isinstance(instance, Model):
+                stored = self._register_model(
+                    dataclasses.replace(instance, card_json=normalized_card(instance.card_json))
+                )
+            elif isinstance(instance, EventSource):
+                stored = self._register_event_source(instance)
+            else:
+                stored = self._create_or_keep(instance)
+            self._owned[stored.id()] = stored
+            return stored
+
+    def _create_or_keep(self, instance: DiscoveryInstance) -> DiscoveryInstance:
+        existing = self._create(instance)
+        if existing is None:
+            return instance
+        if existing != instance:
+            log.warning(
+                "%s %s is already registered with a different value; keeping the stored one "
+                "(unregister it first to change it)",
+                instance.kind.value,
+                instance.id().to_path(),
+            )
+        return existing
+
+    def _register_model(self, model: Model) -> Model:
+        endpoint_models = Query.models(model.namespace, model.component, model.endpoint)
+        with self._store_lock(endpoint_models.key_prefix()):
+            existing = self._get(model.id())
+            if existing is not None:
+                check_replay(existing, model)
+                return existing
+            conflict = find_conflict(model, self._list(endpoint_models))
+            if conflict is not None:
+                raise conflict_error(model, conflict)
+            existing = self._create(model)
+            if existing is not None:  # written by someone else between _get and _create
+                check_replay(existing, model)
+                return existing
+            conflict = find_conflict(model, self._list(endpoint_models))
+            if conflict is not None and self._loses_conflict(model, conflict):
+                try:
+                    self._delete(model.id())
+                except Exception as exc:
+                    raise ConflictError(
+                        f"{conflict_error(model, conflict)}; rolling the write back failed as well: {exc}"
+                    ) from exc
+                raise conflict_error(model, conflict)
+            return model
+
+    def _loses_conflict(self, model: Model, conflict: Model) -> bool:
+        """Whether a conflict found after writing ``model`` makes it roll back.
+
+        Backends that can order writes (etcd: create revisions) override this so that exactly
+        one of two racing writers wins; under a store lock a post-write conflict always loses.
+        """
+        return True
+
+    def _register_event_source(self, source: EventSource) -> EventSource:
+        with self._store_lock(source.kind.bucket + "/" + source.id().to_path()):
+            existing = self._get(source.id()) or self._create(source)
+            if existing is None or existing == source:
+                return source
+            raise ConflictError(
+                f"event source {source.id().to_path()} cannot change its descriptor: it is already "
+                "registered with different metadata; use a new publisher_id for a new incarnation"
+            )
+
+    def unregister(self, instance: DiscoveryInstance | DiscoveryInstanceId) -> None:
+        """Remove a record this client registered. NotFoundError when it owns no such record."""
+        instance_id = instance.id() if hasattr(instance, "to_dict") else instance
+        with self._api_lock:
+            self._check_open()
+            if instance_id not in self._owned:
+                raise NotFoundError(f"this client has not registered {_describe(instance_id)}")
+            self._delete(instance_id)
+            del self._owned[instance_id]
+
+    def update_model_taints(self, model_id: ModelCardInstanceId, taints: Any) -> Model:
+        """Replace the caller taints of this client's base model card; return the stored model.
+
+        Taints with the reserved prefix ``dynamo.topology/`` are refused; topology taints are
+        derived from ``runtime_config.topology_domains`` and kept. Stored sorted and unique.
+        """
+        if not isinstance(model_id, ModelCardInstanceId):
+            raise ValidationError(f"update_model_taints() takes a ModelCardInstanceId, got {type(model_id).__name__}")
+        if model_id.instance_id != self.instance_id:
+            raise ValidationError(
+                f"cannot update the taints of {model_id.to_path()}: this client owns instance {self.instance_id:x}"
+            )
+        if not model_id.is_base:
+            raise ValidationError("taints can be updated only on base model cards (no model_suffix)")
+        with self._api_lock:
+            self._check_open()
+            endpoint_models = Query.models(model_id.namespace, model_id.component, model_id.endpoint)
+            with self._store_lock(endpoint_models.key_prefix()):
+                existing = self._get(model_id)
+                if not isinstance(existing, Model):
+                    raise NotFoundError(f"model card {model_id.to_path()} is not registered")
+                updated = dataclasses.replace(existing, card_json=with_taints(existing.card_json, taints))
+                if taints_of(updated.card_json) == taints_of(existing.card_json):
+                    return existing
+                self._replace(updated)
+                self._owned[model_id] = updated
+                return updated
+
+    def owned(self) -> tuple[DiscoveryInstance, ...]:
+        """The records this client registered and has not unregistered."""
+        with self._api_lock:
+            return ordered(self._owned.values())
+
+    # -- reading ----------------------------------------------------------------------------------
+    def list(self, query: Query) -> list[DiscoveryInstance]:
+        """The records matching ``query`` now, in a stable order."""
+        _check_query(query)
+        self._check_open()
+        return list(ordered(i for i in self._list(query) if query.matches(i)))
+
+    def list_and_watch(self, query: Query, *, queue_size: int = DEFAULT_WATCH_QUEUE_SIZE) -> Watch:
+        """Watch ``query``; returns once the watch is established.
+
+        The watch yields one Added per matching record, then one Resync with all of them, then
+        every later change. After falling behind it yields the missed changes and a Resync.
+        """
+        _check_query(query)
+        self._check_open()
+        feed = WatchFeed(query, maxsize=queue_size)
+        self._open_feed(feed)
+        return Watch(feed)
+
+    def check_connection(self) -> None:
+        """Probe the store without registering anything; BackendUnavailable when it fails."""
+        self._check_open()
+        self._probe()
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    def shutdown(self) -> None:
+        """Remove every record this client owns, close its watches and stop its threads. Idempotent."""
+        with self._api_lock:
+            if self._closed:
+                return
+            self._closed = True
+            owned, self._owned = self._owned, {}
+            for instance_id in owned:
+                try:
+                    self._delete(instance_id)
+                except Exception:
+                    log.exception("could not remove %s during shutdown", _describe(instance_id))
+            self._close()
+
+    close = shutdown
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> Discovery:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.shutdown()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosed(f"this {self.backend_name} discovery client was shut down; connect() again")
+
+    # -- backend primitives -------------------------------------------------------------------------
+    @abc.abstractmethod
+    def _get(self, instance_id: DiscoveryInstanceId) -> DiscoveryInstance | None:
+        """The stored (valid) record with this id, or None."""
+
+    @abc.abstractmethod
+    def _create(self, instance: DiscoveryInstance) -> DiscoveryInstance | None:
+        """Create the record if its key is absent: None when created, else the stored record."""
+
+    @abc.abstractmethod
+    def _replace(self, instance: DiscoveryInstance) -> None:
+        """Overwrite the record (it exists and is owned by this client)."""
+
+    @abc.abstractmethod
+    def _delete(self, instance_id: DiscoveryInstanceId) -> None:
+        """Remove the record; a record already gone is not an error."""
+
+    @abc.abstractmethod
+    def _list(self, query: Query) -> list[DiscoveryInstance]:
+        """Valid stored records under ``query.key_prefix()`` (the caller filters with matches)."""
+
+    def _store_lock(self, key: str) -> contextlib.AbstractContextManager[Any]:
+        """A lock serialising read-modify-write sequences on ``key`` across all clients of the store."""
+        return contextlib.nullcontext()
+
+    @abc.abstractmethod
+    def _open_feed(self, feed: WatchFeed) -> None:
+        """Start feeding ``feed``: call ``feed.start(snapshot)`` before returning, then changes."""
+
+    @abc.abstractmethod
+    def _probe(self) -> None:
+        """Raise BackendUnavailable when the store cannot be used."""
+
+    @abc.abstractmethod
+    def _close(self) -> None:
+        """Stop threads and close watches (owned records are already removed)."""
+
+
+def _check_query(query: Any) -> None:
+    if not isinstance(query, Query):
+        raise ValidationError(f"expected a Query (e.g. Query.endpoints()), got {type(query).__name__}")
+
+
+def _describe(instance_id: Any) -> str:
+    try:
+        return f"{instance_id.kind.value} {instance_id.to_path()}"
+    except AttributeError:
+        return repr(instance_id)

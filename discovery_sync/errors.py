@@ -1,0 +1,43 @@
+"""The exception hierarchy: everything discovery-sync raises on purpose derives from DiscoveryError."""
+
+from __future__ import annotations
+
+
+class DiscoveryError(Exception):
+    """Base of every error raised by discovery-sync."""
+
+
+class ValidationError(DiscoveryError, ValueError):
+    """Input that cannot be stored or parsed: bad names, ids, JSON, queries or URLs.
+
+    Raised before anything is written, so the store is unchanged.
+    """
+
+
+class ConflictError(DiscoveryError):
+    """A registration that contradicts what is already stored (another model on the
+    endpoint, a changed event-source descriptor). The stored record is kept."""
+
+
+class NotFoundError(DiscoveryError, LookupError):
+    """The record the call refers to is not stored (or not owned by this client)."""
+
+
+class BackendUnavailable(DiscoveryError):
+    """The store cannot be reached or used right now; retrying later may succeed."""
+
+
+class LockTimeout(BackendUnavailable):
+    """A store lock was not acquired within its timeout."""
+
+
+class ClientClosed(DiscoveryError):
+    """The client was shut down; create a new one with connect()."""
+
+
+class WatchClosed(DiscoveryError):
+    """The watch was closed by its consumer or by shutdown() of its client."""
+
+
+class WatchFailed(DiscoveryError):
+    """The thread feeding a watch died; the cause is chained (``__cause__``)."""

@@ -1,0 +1,154 @@
+"""Identities of stored records and their paths (``DiscoveryInstanceId.to_path/from_path``).
+
+* endpoint: ``{ns}/{comp}/{ep}/{id:x}``
+* model card: ``{ns}/{comp}/{ep}/{id:x}[/{suffix}]``
+* event channel / source: ``{scope path}/topic/{topic}/{id:x}`` (segments percent-encoded)
+
+``{id:x}`` is lowercase hex without padding. Endpoint and model segments are not encoded,
+which is why their names may not be empty or contain ``/``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from .errors import ValidationError
+from .pathcodec import decode, encode_segment
+from .scope import EventScope
+from .validation import check_instance_id, check_name
+
+
+class RecordKind(enum.Enum):
+    """The four kinds of record, each with its own bucket (§3 of the design)."""
+
+    ENDPOINT = "endpoint"
+    MODEL = "model"
+    EVENT_CHANNEL = "event_channel"
+    EVENT_SOURCE = "event_source"
+
+    @property
+    def bucket(self) -> str:
+        return _BUCKETS[self]
+
+
+_BUCKETS = {
+    RecordKind.ENDPOINT: "v1/instances",
+    RecordKind.MODEL: "v1/mdc",
+    RecordKind.EVENT_CHANNEL: "v1/event_channels",
+    RecordKind.EVENT_SOURCE: "v1/event_sources",
+}
+
+
+def parse_hex_id(text: str, field: str = "instance id") -> int:
+    if not text or len(text) > 16 or any(c not in "0123456789abcdef" for c in text):
+        raise ValidationError(f"{field} {text!r} is not lowercase hex of at most 16 digits")
+    return int(text, 16)
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointInstanceId:
+    namespace: str
+    component: str
+    endpoint: str
+    instance_id: int
+
+    kind = RecordKind.ENDPOINT
+
+    def __post_init__(self) -> None:
+        _check_endpoint_names(self.namespace, self.component, self.endpoint)
+        check_instance_id(self.instance_id)
+
+    def to_path(self) -> str:
+        return f"{self.namespace}/{self.component}/{self.endpoint}/{self.instance_id:x}"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCardInstanceId:
+    namespace: str
+    component: str
+    endpoint: str
+    instance_id: int
+    model_suffix: str | None = None
+
+    kind = RecordKind.MODEL
+
+    def __post_init__(self) -> None:
+        _check_endpoint_names(self.namespace, self.component, self.endpoint)
+        check_instance_id(self.instance_id)
+        if self.model_suffix is not None and not isinstance(self.model_suffix, str):
+            raise ValidationError(f"model_suffix must be a string or None, got {type(self.model_suffix).__name__}")
+
+    def to_path(self) -> str:
+        path = f"{self.namespace}/{self.component}/{self.endpoint}/{self.instance_id:x}"
+        return f"{path}/{self.model_suffix}" if self.model_suffix else path
+
+    @property
+    def is_base(self) -> bool:
+        """True for the instance's base model card (no suffix)."""
+        return not self.model_suffix
+
+
+@dataclass(frozen=True, slots=True)
+class EventChannelInstanceId:
+    scope: EventScope
+    topic: str
+    instance_id: int
+
+    kind = RecordKind.EVENT_CHANNEL
+
+    def __post_init__(self) -> None:
+        check_name(self.topic, "topic")
+        check_instance_id(self.instance_id)
+
+    def to_path(self) -> str:
+        return f"{self.scope.to_path()}/topic/{encode_segment(self.topic)}/{self.instance_id:x}"
+
+
+@dataclass(frozen=True, slots=True)
+class EventSourceInstanceId:
+    scope: EventScope
+    topic: str
+    publisher_id: int
+
+    kind = RecordKind.EVENT_SOURCE
+
+    def __post_init__(self) -> None:
+        check_name(self.topic, "topic")
+        check_instance_id(self.publisher_id, "publisher_id")
+
+    def to_path(self) -> str:
+        return f"{self.scope.to_path()}/topic/{encode_segment(self.topic)}/{self.publisher_id:x}"
+
+
+DiscoveryInstanceId = EndpointInstanceId | ModelCardInstanceId | EventChannelInstanceId | EventSourceInstanceId
+
+
+def _check_endpoint_names(namespace: str, component: str, endpoint: str) -> None:
+    check_name(namespace, "namespace", allow_slash=False)
+    check_name(component, "component", allow_slash=False)
+    check_name(endpoint, "endpoint", allow_slash=False)
+
+
+def id_from_path(kind: RecordKind, path: str) -> DiscoveryInstanceId:
+    """Parse an identity path of the given kind; ValidationError when it is malformed."""
+    if not isinstance(path, str) or not path:
+        raise ValidationError(f"{kind.value} path must be a non-empty string")
+    if kind is RecordKind.ENDPOINT:
+        parts = path.split("/")
+        if len(parts) != 4:
+            raise ValidationError(f"endpoint path {path!r} must be namespace/component/endpoint/id")
+        return EndpointInstanceId(parts[0], parts[1], parts[2], parse_hex_id(parts[3]))
+    if kind is RecordKind.MODEL:
+        parts = path.split("/", 4)
+        if len(parts) < 4:
+            raise ValidationError(f"model path {path!r} must be namespace/component/endpoint/id[/suffix]")
+        suffix = parts[4] if len(parts) == 5 else None
+        return ModelCardInstanceId(parts[0], parts[1], parts[2], parse_hex_id(parts[3]), suffix or None)
+    scope, rest = EventScope.from_path_parts(path.split("/"))
+    if len(rest) != 3 or rest[0] != "topic":
+        raise ValidationError(f"event path {path!r} must end with topic/{{topic}}/{{id}}")
+    topic, number = decode(rest[1]), parse_hex_id(rest[2])
+    if kind is RecordKind.EVENT_CHANNEL:
+        return EventChannelInstanceId(scope, topic, number)
+    return EventSourceInstanceId(scope, topic, number)

@@ -1,0 +1,263 @@
+"""Discovery instances: the records workers announce, and their JSON wire format.
+
+The JSON is the reference runtime's serde form, internally tagged by ``"type"``:
+``Endpoint``, ``Model``, ``EventChannel`` and ``EventSource``. Field order on output follows
+the reference; optional fields are omitted when absent. Instances are immutable; treat the
+JSON objects they hold (``card_json``, ``metadata``, opaque ``device_type``) as read-only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from .errors import ValidationError
+from .identity import (
+    EndpointInstanceId,
+    EventChannelInstanceId,
+    EventSourceInstanceId,
+    ModelCardInstanceId,
+    RecordKind,
+)
+from .scope import EndpointId, EventScope
+from .transports import EventTransport, Transport
+from .validation import require, require_object
+
+REQUEST_PLANE_CODECS = ("json", "msgpack")
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """A request-plane endpoint served by one worker instance."""
+
+    namespace: str
+    component: str
+    endpoint: str
+    instance_id: int
+    transport: Transport
+    device_type: Any = field(default=None, hash=False)
+    request_plane_codec: str | None = None
+
+    kind = RecordKind.ENDPOINT
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.transport, Transport):
+            raise ValidationError("transport must be a Transport")
+        if self.request_plane_codec is not None and self.request_plane_codec not in REQUEST_PLANE_CODECS:
+            raise ValidationError(f"request_plane_codec {self.request_plane_codec!r} is not valid: use json or msgpack")
+        self.id()  # validates names and the id
+
+    def id(self) -> EndpointInstanceId:
+        return EndpointInstanceId(self.namespace, self.component, self.endpoint, self.instance_id)
+
+    @property
+    def endpoint_id(self) -> EndpointId:
+        return EndpointId(self.namespace, self.component, self.endpoint)
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "type": "Endpoint",
+            "component": self.component,
+            "endpoint": self.endpoint,
+            "namespace": self.namespace,
+            "instance_id": self.instance_id,
+            "transport": self.transport.to_json_value(),
+        }
+        if self.device_type is not None:
+            data["device_type"] = self.device_type
+        if self.request_plane_codec is not None:
+            data["request_plane_codec"] = self.request_plane_codec
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Endpoint:
+        return cls(
+            namespace=require(data, "namespace", "Endpoint"),
+            component=require(data, "component", "Endpoint"),
+            endpoint=require(data, "endpoint", "Endpoint"),
+            instance_id=require(data, "instance_id", "Endpoint"),
+            transport=Transport.from_json_value(require(data, "transport", "Endpoint")),
+            device_type=data.get("device_type"),
+            request_plane_codec=data.get("request_plane_codec"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Model:
+    """A model deployment card served on an endpoint; ``card_json`` is the card itself."""
+
+    namespace: str
+    component: str
+    endpoint: str
+    instance_id: int
+    card_json: dict[str, Any] = field(hash=False)
+    model_suffix: str | None = None
+
+    kind = RecordKind.MODEL
+
+    def __post_init__(self) -> None:
+        require_object(self.card_json, "card_json")
+        self.id()
+
+    def id(self) -> ModelCardInstanceId:
+        return ModelCardInstanceId(self.namespace, self.component, self.endpoint, self.instance_id, self.model_suffix)
+
+    @property
+    def endpoint_id(self) -> EndpointId:
+        return EndpointId(self.namespace, self.component, self.endpoint)
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "type": "Model",
+            "namespace": self.namespace,
+            "component": self.component,
+            "endpoint": self.endpoint,
+            "instance_id": self.instance_id,
+            "card_json": self.card_json,
+        }
+        if self.model_suffix is not None:
+            data["model_suffix"] = self.model_suffix
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Model:
+        return cls(
+            namespace=require(data, "namespace", "Model"),
+            component=require(data, "component", "Model"),
+            endpoint=require(data, "endpoint", "Model"),
+            instance_id=require(data, "instance_id", "Model"),
+            card_json=require(data, "card_json", "Model"),
+            model_suffix=data.get("model_suffix"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class EventChannel:
+    """Where an instance publishes events of one topic (e.g. KV-cache events)."""
+
+    scope: EventScope
+    topic: str
+    instance_id: int
+    transport: EventTransport
+
+    kind = RecordKind.EVENT_CHANNEL
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.scope, EventScope):
+            raise ValidationError("scope must be an EventScope")
+        if not isinstance(self.transport, EventTransport):
+            raise ValidationError("transport must be an EventTransport (Nats, Zmq or ZmqBroker)")
+        self.id()
+
+    def id(self) -> EventChannelInstanceId:
+        return EventChannelInstanceId(self.scope, self.topic, self.instance_id)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "type": "EventChannel",
+            "scope": self.scope.to_dict(),
+            "topic": self.topic,
+            "instance_id": self.instance_id,
+            "transport": self.transport.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EventChannel:
+        if "scope" in data:
+            scope = EventScope.from_dict(data["scope"])
+        else:  # legacy (v1.2) shape: namespace + component, empty component = namespace scope
+            namespace = require(data, "namespace", "EventChannel")
+            component = data.get("component") or None
+            scope = EventScope(namespace, component)
+        return cls(
+            scope=scope,
+            topic=require(data, "topic", "EventChannel"),
+            instance_id=require(data, "instance_id", "EventChannel"),
+            transport=EventTransport.from_dict(require(data, "transport", "EventChannel")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class EventSource:
+    """A publisher of events, identified by its own ``publisher_id``; its descriptor is immutable."""
+
+    scope: EventScope
+    topic: str
+    publisher_id: int
+    metadata: dict[str, Any] = field(default_factory=dict, hash=False)
+
+    kind = RecordKind.EVENT_SOURCE
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.scope, EventScope):
+            raise ValidationError("scope must be an EventScope")
+        require_object(self.metadata, "metadata")
+        self.id()
+
+    @property
+    def instance_id(self) -> int:
+        return self.publisher_id
+
+    def id(self) -> EventSourceInstanceId:
+        return EventSourceInstanceId(self.scope, self.topic, self.publisher_id)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "type": "EventSource",
+            "scope": self.scope.to_dict(),
+            "topic": self.topic,
+            "publisher_id": self.publisher_id,
+            "metadata": self.metadata,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EventSource:
+        return cls(
+            scope=EventScope.from_dict(require(data, "scope", "EventSource")),
+            topic=require(data, "topic", "EventSource"),
+            publisher_id=require(data, "publisher_id", "EventSource"),
+            metadata=data.get("metadata") or {},
+        )
+
+
+DiscoveryInstance = Endpoint | Model | EventChannel | EventSource
+
+_TYPES: dict[str, type] = {
+    "Endpoint": Endpoint,
+    "Model": Model,
+    "EventChannel": EventChannel,
+    "EventSource": EventSource,
+}
+
+
+def instance_from_dict(data: Any) -> DiscoveryInstance:
+    """Build an instance from its parsed JSON; ValidationError when it is not a valid record."""
+    require_object(data, "discovery instance")
+    tag = require(data, "type", "discovery instance")
+    cls = _TYPES.get(tag) if isinstance(tag, str) else None
+    if cls is None:
+        raise ValidationError(f"unknown instance type {tag!r}: expected one of {', '.join(_TYPES)}")
+    return cls.from_dict(data)
+
+
+def instance_from_json(raw: bytes | str) -> DiscoveryInstance:
+    """Parse the stored JSON of one record."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise ValidationError(f"record is not valid JSON: {exc}") from None
+    return instance_from_dict(data)
+
+
+def instance_to_json(instance: DiscoveryInstance) -> bytes:
+    """The compact stored JSON of one record."""
+    return orjson.dumps(instance.to_dict())
+
+
+def record_kind_of(instance: Any) -> RecordKind:
+    kind = getattr(instance, "kind", None)
+    if not isinstance(kind, RecordKind) or not isinstance(instance, (Endpoint, Model, EventChannel, EventSource)):
+        raise ValidationError(f"expected a discovery instance, got {type(instance).__name__}")
+    return kind

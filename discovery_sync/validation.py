@@ -1,0 +1,66 @@
+"""Checks shared by the model, the identity paths and the specs.
+
+Every failure raises ValidationError with a message that names the field and says what is allowed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import ValidationError
+
+U64_MAX = 2**64 - 1
+JSON_SAFE_MAX = 2**53 - 1
+MAX_NAME_BYTES = 255
+
+
+def check_name(value: Any, field: str, *, allow_slash: bool = True) -> str:
+    """A namespace/component/endpoint/topic name: a non-empty str of at most 255 UTF-8 bytes.
+
+    Names that become unencoded path segments (endpoint and model identities) must not
+    contain '/', because the reference runtime would split them apart when parsing.
+    """
+    if not isinstance(value, str):
+        raise ValidationError(f"{field} must be a string, got {type(value).__name__}")
+    if not value:
+        raise ValidationError(f"{field} must not be empty")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise ValidationError(f"{field} is not valid Unicode text: {exc}") from None
+    if size > MAX_NAME_BYTES:
+        raise ValidationError(f"{field} is {size} bytes long; at most {MAX_NAME_BYTES} UTF-8 bytes are allowed")
+    if not allow_slash and "/" in value:
+        raise ValidationError(f"{field} {value!r} must not contain '/' (it is a path segment of the record key)")
+    return value
+
+
+def check_instance_id(value: Any, field: str = "instance_id", *, maximum: int = U64_MAX) -> int:
+    """An unsigned 64-bit id (or smaller, with ``maximum``)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValidationError(f"{field} must be an integer, got {type(value).__name__}")
+    if not 0 <= value <= maximum:
+        raise ValidationError(f"{field} {value} is out of range: it must be between 0 and {maximum}")
+    return value
+
+
+def require(data: dict, key: str, kind: str) -> Any:
+    """``data[key]`` or a ValidationError saying which field of which record is missing."""
+    try:
+        return data[key]
+    except KeyError:
+        raise ValidationError(f"{kind} record is missing the field {key!r}") from None
+    except TypeError:
+        raise ValidationError(f"{kind} record must be a JSON object, got {type(data).__name__}") from None
+
+
+def require_object(value: Any, field: str) -> dict:
+    if not isinstance(value, dict):
+        raise ValidationError(f"{field} must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def require_str(value: Any, field: str) -> str:
+    if not isinstance(value, str):
+        raise ValidationError(f"{field} must be a string, got {type(value).__name__}")
+    return value

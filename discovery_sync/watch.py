@@ -1,0 +1,297 @@
+"""Watches: a consumer handle (:class:`Watch`) fed by a backend thread (:class:`WatchFeed`).
+
+The feed keeps two views of the matching records: ``view`` (what the store holds now, as far
+as the backend knows) and ``delivered`` (what the events queued so far describe). Events go
+through an unbounded ``queue.Queue`` whose length the feed bounds itself: when the consumer
+falls more than ``maxsize`` events behind, the feed stops queueing ("lagged") but keeps its
+view current. Once the consumer has drained the queue it receives the difference between
+``delivered`` and ``view`` followed by a ``Resync``, so a slow consumer never blocks the store
+and never ends with a wrong picture.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+
+from .errors import DiscoveryError, WatchClosed, WatchFailed
+from .events import Added, DiscoveryEvent, ModelTaintsUpdated, Removed, Resync
+from .identity import DiscoveryInstanceId
+from .model import DiscoveryInstance
+from .queries import Query
+from .reconcile import diff, ordered
+
+log = logging.getLogger(__name__)
+
+DEFAULT_WATCH_QUEUE_SIZE = 4096
+
+
+class WatchTimeout(DiscoveryError, queue.Empty):
+    """No event arrived within the timeout given to :meth:`Watch.get`."""
+
+
+class _Sentinel:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<{self.name}>"
+
+
+_WAKE = _Sentinel("wake")
+
+
+class WatchFeed:
+    """The producer side of one watch. Backends call its methods from their own threads."""
+
+    def __init__(self, query: Query, *, maxsize: int = DEFAULT_WATCH_QUEUE_SIZE) -> None:
+        self.query = query
+        self._maxsize = max(1, maxsize)
+        self._lock = threading.Lock()
+        self._queue: queue.Queue[object] = queue.Queue()
+        self._pending: collections.deque[DiscoveryEvent] = collections.deque()
+        self._view: dict[DiscoveryInstanceId, DiscoveryInstance] = {}
+        self._delivered: dict[DiscoveryInstanceId, DiscoveryInstance] = {}
+        self._lagged = False
+        self._failure: BaseException | None = None
+        self._closed = False
+        self._on_close: list[Callable[[], None]] = []
+
+    # -- producer API ---------------------------------------------------------------------------
+    def start(self, snapshot: Iterable[DiscoveryInstance]) -> None:
+        """Deliver the initial state: one Added per matching record, then one Resync."""
+        with self._lock:
+            matching = {i.id(): i for i in snapshot if self.query.matches(i)}
+            self._view = dict(matching)
+            self._delivered = dict(matching)
+            records = ordered(matching.values())
+            self._pending.extend(Added(i) for i in records)
+            self._pending.append(Resync(records))
+        self._queue.put(_WAKE)
+
+    def added(self, instance: DiscoveryInstance) -> bool:
+        """A new record, or an endpoint replaced with a new value. True when it matched."""
+        if not self.query.matches(instance):
+            return False
+        with self._lock:
+            self._view[instance.id()] = instance
+            self._emit(Added(instance), instance.id(), instance)
+        return True
+
+    def taints_updated(self, instance: DiscoveryInstance, taints: tuple[str, ...]) -> bool:
+        """A model card whose taints (only) changed; ``instance`` is the new value."""
+        if not self.query.matches(instance):
+            return False
+        with self._lock:
+            self._view[instance.id()] = instance
+            self._emit(ModelTaintsUpdated(instance.id(), taints), instance.id(), instance)
+        return True
+
+    def removed(self, instance_id: DiscoveryInstanceId) -> bool:
+        with self._lock:
+            if self._view.pop(instance_id, None) is None:
+                return False
+            self._emit(Removed(instance_id), instance_id, None)
+        return True
+
+    def publish(self, event: DiscoveryEvent, instance: DiscoveryInstance | None = None) -> bool:
+        """Apply an Added, ModelTaintsUpdated (``instance`` = the new value) or Removed event.
+
+        Returns True when the event concerned this watch.
+        """
+        if isinstance(event, Added):
+            return self.added(event.instance)
+        if isinstance(event, Removed):
+            return self.removed(event.id)
+        if isinstance(event, ModelTaintsUpdated):
+            if instance is None:
+                raise TypeError("a ModelTaintsUpdated needs the new model value")
+            return self.taints_updated(instance, event.taints)
+        raise TypeError(f"cannot publish {event!r}")
+
+    def resync(self) -> None:
+        """Emit a Resync of the current view (after publishing changes the backend had missed)."""
+        with self._lock:
+            self._emit(Resync(ordered(self._view.values())), None, None)
+
+    def reconcile(self, snapshot: Iterable[DiscoveryInstance], *, force_resync: bool = False) -> bool:
+        """Bring the view to ``snapshot`` (the full store state): emit what differs, then a Resync.
+
+        Returns True when something differed. Without a difference (and without
+        ``force_resync``) nothing is emitted.
+        """
+        with self._lock:
+            matching = {i.id(): i for i in snapshot if self.query.matches(i)}
+            events, new_view = diff(self._view, matching)
+            if not events and not force_resync:
+                return False
+            self._view = new_view
+            for event in events:
+                self._emit_event(event)
+            self._emit(Resync(ordered(self._view.values())), None, None)
+            return bool(events)
+
+    def fail(self, exc: BaseException) -> None:
+        """The producer died: the consumer gets the queued events, then WatchFailed."""
+        with self._lock:
+            if self._failure is None:
+                self._failure = exc
+        self._queue.put(_WAKE)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def snapshot(self) -> tuple[DiscoveryInstance, ...]:
+        with self._lock:
+            return ordered(self._view.values())
+
+    # -- internals ------------------------------------------------------------------------------
+    def _emit_event(self, event: DiscoveryEvent) -> None:
+        if isinstance(event, Added):
+            self._emit(event, event.instance.id(), event.instance)
+        elif isinstance(event, Removed):
+            self._emit(event, event.id, None)
+        elif isinstance(event, ModelTaintsUpdated):
+            self._emit(event, event.id, self._view[event.id])
+        else:
+            self._emit(event, None, None)
+
+    def _emit(self, event: DiscoveryEvent, key: DiscoveryInstanceId | None, value: DiscoveryInstance | None) -> None:
+        """Queue ``event`` (lock held) and record what it delivers; drop into lagged mode when full."""
+        if self._closed or self._lagged:
+            return
+        if self._queue.qsize() >= self._maxsize:
+            self._lagged = True
+            log.warning("watch %s lagged more than %d events behind; it will resync", self.query, self._maxsize)
+            return
+        if isinstance(event, Resync):
+            self._delivered = dict(self._view)
+        elif key is not None:
+            if value is None:
+                self._delivered.pop(key, None)
+            else:
+                self._delivered[key] = value
+        self._queue.put(event)
+
+    # -- consumer side (used by Watch) ------------------------------------------------------------
+    def _take(self, deadline: float | None) -> DiscoveryEvent:
+        while True:
+            with self._lock:
+                if self._closed:
+                    raise WatchClosed(f"watch on {self.query} is closed")
+                if self._pending:
+                    return self._pending.popleft()
+                self._raise_if_failed()
+            try:
+                item = self._queue.get(timeout=_remaining(deadline)) if deadline is not None else self._queue.get()
+            except queue.Empty:
+                raise WatchTimeout(f"no event on {self.query} within the timeout") from None
+            if item is not _WAKE:
+                return item  # type: ignore[return-value]
+            with self._lock:
+                if self._closed:
+                    raise WatchClosed(f"watch on {self.query} is closed")
+                if self._pending:
+                    continue
+                self._raise_if_failed()
+            # a wake-up with nothing to do: loop and block again
+
+    def _raise_if_failed(self) -> None:
+        if self._failure is not None and self._queue.empty():
+            raise WatchFailed(f"the watch on {self.query} failed: {self._failure}") from self._failure
+
+    def _after_take(self) -> None:
+        """Called by the consumer after each event: recover from lag once the queue is drained."""
+        with self._lock:
+            if not self._lagged or not self._queue.empty() or self._pending:
+                return
+            events, _ = diff(self._delivered, self._view)
+            self._pending.extend(events)
+            self._pending.append(Resync(ordered(self._view.values())))
+            self._delivered = dict(self._view)
+            self._lagged = False
+
+    def _close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            callbacks, self._on_close = self._on_close, []
+        self._queue.put(_WAKE)
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:  # a failing cleanup must not stop close()
+                log.exception("error while closing the watch on %s", self.query)
+
+    def add_close_callback(self, callback: Callable[[], None]) -> None:
+        with self._lock:
+            if not self._closed:
+                self._on_close.append(callback)
+                return
+        callback()
+
+
+def _remaining(deadline: float) -> float:
+    return max(0.0, deadline - time.monotonic())
+
+
+class Watch:
+    """The consumer's handle on a watch: blocking ``get``, iteration, ``close``, ``with``.
+
+    ``get(timeout)`` raises :class:`WatchTimeout` (also a ``queue.Empty``) when nothing arrives
+    in time, :class:`~discovery_sync.errors.WatchClosed` after ``close()`` and
+    :class:`~discovery_sync.errors.WatchFailed` when the backend thread feeding it died.
+    Iteration ends when the watch is closed and raises WatchFailed on failure.
+    """
+
+    def __init__(self, feed: WatchFeed) -> None:
+        self._feed = feed
+
+    @property
+    def query(self) -> Query:
+        return self._feed.query
+
+    @property
+    def closed(self) -> bool:
+        return self._feed.closed
+
+    def get(self, timeout: float | None = None) -> DiscoveryEvent:
+        """The next event; block at most ``timeout`` seconds (None: until one arrives)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        event = self._feed._take(deadline)
+        self._feed._after_take()
+        return event
+
+    def events(self, idle_timeout: float | None = None) -> Iterator[DiscoveryEvent]:
+        """Iterate over events; stop when the watch closes or ``idle_timeout`` passes without one."""
+        while True:
+            try:
+                yield self.get(idle_timeout)
+            except (WatchClosed, WatchTimeout):
+                return
+
+    def __iter__(self) -> Iterator[DiscoveryEvent]:
+        return self.events()
+
+    def snapshot(self) -> tuple[DiscoveryInstance, ...]:
+        """The records the backend currently knows to match (independent of what was consumed)."""
+        return self._feed.snapshot()
+
+    def close(self) -> None:
+        """Stop the watch; a consumer blocked in ``get`` wakes with WatchClosed. Idempotent."""
+        self._feed._close()
+
+    def __enter__(self) -> Watch:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<Watch {self.query}{' closed' if self.closed else ''}>"
