@@ -33,7 +33,7 @@ from .layout import StoreLayout
 from .locks import StoreLocks
 from .notify import DirectoryNotifier
 from .records import read_record, remove_record, touch_record, write_record
-from .view import BucketView, Entry
+from .view import BucketView, Entry, Version
 
 log = logging.getLogger("discovery_sync.backends.file")
 
@@ -88,6 +88,8 @@ class FileDiscovery(Discovery):
         }
         self._start_lock = threading.Lock()
         self._scan_errors = 0
+        # content changes a rescan found that notifications had not delivered yet, by bucket
+        self._suspects: dict[RecordKind, dict[str, Version | None]] = {kind: {} for kind in RecordKind}
         self._heartbeat = PeriodicThread(
             "discovery-sync-file-heartbeat", self.heartbeat_interval, self._beat, on_error=self._heartbeat_error
         )
@@ -236,7 +238,11 @@ class FileDiscovery(Discovery):
             self._ensure_notifier()
         for kind, view in self._views.items():
             missed: list[tuple[DiscoveryEvent, DiscoveryInstance | None]] = []
-            view.refresh(publish=lambda event, instance, into=missed: into.append((event, instance)))
+            previous, self._suspects[kind] = self._suspects[kind], {}
+            view.refresh(
+                publish=lambda event, instance, into=missed: into.append((event, instance)),
+                gate=lambda name, version, seen=previous, now=self._suspects[kind]: _confirm(name, version, seen, now),
+            )
             self._feeds.publish_missed(kind, missed)
             view.warn_pending()
             self._collect_garbage(view)
@@ -260,6 +266,15 @@ class FileDiscovery(Discovery):
 
     def _owned_names(self, kind: RecordKind) -> frozenset[str]:
         return frozenset(self.layout.file_name(i) for i in dict(self._owned) if i.kind is kind)
+
+
+def _confirm(name: str, version: Version | None, previous: dict, current: dict) -> bool:
+    """A rescan publishes a change as missed only when the previous rescan saw the same
+    version and no notification delivered it meanwhile; otherwise it waits one more round."""
+    if name in previous and previous[name] == version:
+        return True
+    current[name] = version
+    return False
 
 
 def _still_unchanged(path: Path, entry: Entry) -> bool:

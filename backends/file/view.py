@@ -32,6 +32,8 @@ from .records import read_record
 log = logging.getLogger("discovery_sync.backends.file")
 
 Publish = Callable[[DiscoveryEvent, "DiscoveryInstance | None"], None]
+Version = tuple[int, int, int]  # (inode, size, mtime_ns) of a file
+Gate = Callable[[str, "Version | None"], bool]
 
 
 @dataclass(slots=True)
@@ -76,18 +78,30 @@ class BucketView:
         self._entries: dict[str, Entry] = {}
 
     # -- reading the directory --------------------------------------------------------------------
-    def refresh(self, name_prefix: str = "", *, warn: bool = True, publish: Publish | None = None) -> None:
-        """Scan the directory (names starting with ``name_prefix``) and publish what changed
-        (through ``publish`` when given, else through the view's subscriber)."""
+    def refresh(
+        self,
+        name_prefix: str = "",
+        *,
+        warn: bool = True,
+        publish: Publish | None = None,
+        gate: Gate | None = None,
+    ) -> None:
+        """Scan the directory (names starting with ``name_prefix``) and publish what changed.
+
+        ``publish`` replaces the view's subscriber for this scan. ``gate(name, version)`` (version
+        None for a vanished file) may hold a content change back: it is then left for a later
+        scan or notification. Heartbeat-only changes always apply.
+        """
         found = _scan(self.directory, name_prefix)
         with self.lock:
             saved = self._publish
             self._publish = publish or saved
             try:
                 for name, st in found.items():
-                    self._update(name, st, warn)
+                    self._update(name, st, warn, gate)
                 for name in [n for n in self._entries if n.startswith(name_prefix) and n not in found]:
-                    self._drop(name)
+                    if gate is None or gate(name, None):
+                        self._drop(name)
             finally:
                 self._publish = saved
 
@@ -105,7 +119,7 @@ class BucketView:
             else:
                 self._update(name, st, warn)
 
-    def _update(self, name: str, st: os.stat_result, warn: bool) -> None:
+    def _update(self, name: str, st: os.stat_result, warn: bool, gate: Gate | None = None) -> None:
         entry = self._entries.get(name)
         version = (st.st_ino, st.st_size, st.st_mtime_ns)
         if entry is not None and entry.version == version:
@@ -118,6 +132,8 @@ class BucketView:
             return
         if entry is not None and raw == entry.raw:
             entry.ino, entry.size, entry.mtime_ns, entry.seen_at = *version, seen_at
+            return
+        if gate is not None and not gate(name, version):
             return
         old = entry.valid if entry is not None else None
         new_entry = Entry(*version, seen_at, raw, old)

@@ -1,0 +1,62 @@
+"""The contract suite runs every test against every backend through this fixture.
+
+A ``StoreRig`` stands for one store; ``rig.client()`` connects a new client to it (a separate
+process-level peer for the file backend: its own threads, caches and instance id).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+import discovery_sync as ds
+
+# how long a test waits for an event that must come, and for silence that must hold
+EVENT_TIMEOUT = 10.0
+
+
+@dataclass
+class StoreRig:
+    name: str
+    connect: Callable[[], ds.Discovery]
+    quiet_period: float  # long enough for a stray rescan/poll event to show up
+    clients: list[ds.Discovery] = field(default_factory=list)
+
+    def client(self) -> ds.Discovery:
+        client = self.connect()
+        self.clients.append(client)
+        return client
+
+    def close(self) -> None:
+        for client in self.clients:
+            client.shutdown()
+
+
+def _memory_rig(tmp_path: Path) -> StoreRig:
+    registry = f"contract-{uuid.uuid4().hex}"
+    return StoreRig("memory", lambda: ds.connect(f"memory://{registry}"), quiet_period=0.2)
+
+
+def _file_rig(tmp_path: Path, observer: str) -> StoreRig:
+    url = f"file://{tmp_path / 'store'}?observer={observer}&ttl=5&rescan_interval=0.2&poll_interval=0.1"
+    return StoreRig(f"file-{observer}", lambda: ds.connect(url), quiet_period=0.6)
+
+
+RIGS: dict[str, Callable[[Path], StoreRig]] = {
+    "memory": _memory_rig,
+    "file": lambda tmp: _file_rig(tmp, "inotify"),
+    "file-polling": lambda tmp: _file_rig(tmp, "polling"),
+}
+
+
+@pytest.fixture(params=sorted(RIGS))
+def rig(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreRig]:
+    store = RIGS[request.param](tmp_path)
+    try:
+        yield store
+    finally:
+        store.close()

@@ -1,0 +1,60 @@
+"""Small builders and watch helpers shared by the test suites."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import discovery_sync as ds
+
+EVENT_TIMEOUT = 10.0
+
+
+def endpoint_spec(namespace: str = "ns", component: str = "backend", endpoint: str = "generate", port: int = 9000):
+    return ds.EndpointSpec(namespace, component, endpoint, ds.Transport.tcp(f"127.0.0.1:{port}"), "cuda", "msgpack")
+
+
+def model_spec(
+    name: str = "Qwen/Qwen3-0.6B",
+    namespace: str = "ns",
+    component: str = "backend",
+    endpoint: str = "generate",
+    *,
+    taints: list[str] | None = None,
+    topology: dict[str, str] | None = None,
+    suffix: str | None = None,
+    **card: Any,
+) -> ds.ModelSpec:
+    runtime_config: dict[str, Any] = {}
+    if taints is not None:
+        runtime_config["taints"] = taints
+    if topology is not None:
+        runtime_config["topology_domains"] = topology
+    card_json = {"display_name": name, "runtime_config": runtime_config, **card}
+    return ds.ModelSpec(namespace, component, endpoint, card_json, suffix)
+
+
+def next_event(watch: ds.Watch, timeout: float = EVENT_TIMEOUT) -> ds.DiscoveryEvent:
+    return watch.get(timeout=timeout)
+
+
+def initial_state(watch: ds.Watch, timeout: float = EVENT_TIMEOUT) -> tuple[list[ds.DiscoveryEvent], ds.Resync]:
+    """Consume the start of a watch: the Added events and the first Resync."""
+    added = []
+    while True:
+        event = watch.get(timeout=timeout)
+        if isinstance(event, ds.Resync):
+            return added, event
+        added.append(event)
+
+
+def assert_quiet(watch: ds.Watch, period: float) -> None:
+    """Nothing arrives on the watch for ``period`` seconds."""
+    try:
+        event = watch.get(timeout=period)
+    except ds.WatchTimeout:
+        return
+    raise AssertionError(f"unexpected event {event!r}")
+
+
+def ids(instances) -> set:
+    return {i.id() for i in instances}
