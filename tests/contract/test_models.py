@@ -60,7 +60,7 @@ def test_replay_accepts_taint_differences_and_keeps_the_stored_taints(rig):
     replay = client.register(model_spec(taints=["b", "c"]))
     assert replay == stored
     assert client.list(ds.Query.models())[0].card_json["runtime_config"]["taints"] == ["a"]
-    with pytest.raises(ds.ConflictError, match="only runtime_config.taints"):
+    with pytest.raises(ds.ConflictError, match=r"only runtime_config\.taints"):
         client.register(model_spec(taints=["a"], context_length=4096))
     assert client.list(ds.Query.models()) == [stored]
 

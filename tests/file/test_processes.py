@@ -27,7 +27,7 @@ def test_killed_process_records_disappear_within_ttl_plus_a_rescan(store, peers)
         peer = Peer(url(store), 3)
         peers.append(peer)
         with watcher.list_and_watch(ds.Query.endpoints("ns", "peer")) as watch:
-            added, resync = initial_state(watch)
+            _, resync = initial_state(watch)
             assert {i.instance_id for i in resync.instances} == {peer.info["instance_id"]}
             assert len(resync.instances) == 3
             peer.kill()
