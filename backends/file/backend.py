@@ -222,8 +222,8 @@ class FileDiscovery(Discovery):
             with self._api_lock:
                 if self._owned.get(instance_id) is not instance or self._closed:
                     continue  # unregistered meanwhile
-                log.warning("record %s was removed from the store while this client is alive; writing it again", path)
                 write_record(path.parent, path.name, instance_to_json(instance), create_only=True)
+                log.warning("record %s was removed from the store while this client is alive; wrote it again", path)
 
     def _heartbeat_error(self, exc: BaseException) -> bool:
         log.error("heartbeat of the file store at %s failed: %s", self.layout.root, exc)

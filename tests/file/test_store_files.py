@@ -1,0 +1,163 @@
+"""The file backend against files put in the store by hand, as other writers would."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import discovery_sync as ds
+from tests.helpers import assert_quiet, endpoint_spec, initial_state, next_event
+
+TTL = 2.0
+RESCAN = 0.2
+
+
+class LogCatcher(logging.Handler):
+    """Collects warnings of the file backend; ``wait_for`` blocks until a matching one arrives."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+        self._changed = threading.Condition()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with self._changed:
+            self.messages.append(record.getMessage())
+            self._changed.notify_all()
+
+    def wait_for(self, text: str, timeout: float = 10.0) -> list[str]:
+        with self._changed:
+            self._changed.wait_for(lambda: any(text in m for m in self.messages), timeout)
+            return [m for m in self.messages if text in m]
+
+
+@pytest.fixture
+def warnings() -> Iterator[LogCatcher]:
+    catcher = LogCatcher()
+    logger = logging.getLogger("discovery_sync.backends.file")
+    logger.addHandler(catcher)
+    try:
+        yield catcher
+    finally:
+        logger.removeHandler(catcher)
+
+
+@pytest.fixture
+def client(store: Path) -> Iterator[ds.Discovery]:
+    client = ds.connect(f"file://{store}?ttl={TTL}&rescan_interval={RESCAN}")
+    try:
+        yield client
+    finally:
+        client.shutdown()
+
+
+def hand_written(store: Path, endpoint: str, instance_id: int) -> tuple[ds.Endpoint, Path]:
+    """An endpoint record written straight into the bucket, as another process would."""
+    record = ds.Endpoint("ns", "backend", endpoint, instance_id, ds.Transport.tcp("127.0.0.1:1"))
+    path = store / "v1" / "instances" / f"ns%2Fbackend%2F{endpoint}%2F{instance_id:x}"
+    path.write_bytes(ds.instance_to_json(record))
+    return record, path
+
+
+def test_corrupt_files_are_skipped_with_one_warning_and_the_watch_goes_on(store, client, warnings):
+    good, _ = hand_written(store, "good", 1)
+    torn, truncated = hand_written(store, "truncated", 2)
+    with client.list_and_watch(ds.Query.endpoints()) as watch:
+        assert set(initial_state(watch)[1].instances) == {good, torn}
+        os.truncate(truncated, 10)  # a torn write by a non-atomic writer
+        garbage = store / "v1" / "instances" / "ns%2Fbackend%2Fgarbage%2F3"
+        garbage.write_bytes(b"\x00\xffnot json at all")
+        assert len(warnings.wait_for("truncated")) == 1
+        assert len(warnings.wait_for("garbage")) == 1
+        later = client.register(endpoint_spec(endpoint="later"))
+        assert next_event(watch) == ds.Added(later)  # the watch goes on
+        # the torn record keeps its last valid value; garbage never becomes a record
+        assert set(client.list(ds.Query.endpoints())) == {good, torn, later}
+        client.rescan()
+        client.rescan()
+        assert len(warnings.wait_for("garbage", timeout=0)) == 1  # one warning per path and version
+        assert_quiet(watch, 3 * RESCAN)
+
+
+def test_a_rescan_delivers_changes_notifications_missed_then_resyncs(store):
+    # a polling observer that never polls: only the periodic rescan can see changes
+    client = ds.connect(f"file://{store}?observer=polling&poll_interval=3600&rescan_interval={RESCAN}&ttl=5")
+    try:
+        with client.list_and_watch(ds.Query.endpoints()) as watch:
+            assert next_event(watch) == ds.Resync(())
+            record, path = hand_written(store, "unseen", 7)
+            assert next_event(watch) == ds.Added(record)
+            assert next_event(watch) == ds.Resync((record,))
+            path.unlink()
+            assert next_event(watch) == ds.Removed(record.id())
+            assert next_event(watch) == ds.Resync(())
+            assert_quiet(watch, 4 * RESCAN)
+    finally:
+        client.shutdown()
+
+
+def test_records_without_heartbeat_are_removed_after_ttl_on_the_readers_clock(store, client):
+    record, path = hand_written(store, "orphan", 9)
+    old = time.time() - 3600
+    os.utime(path, (old, old))  # an mtime from long ago is not death on first sight
+    with client.list_and_watch(ds.Query.endpoints()) as watch:
+        assert initial_state(watch)[1].instances == (record,)
+        seen_at = time.monotonic()
+        assert next_event(watch, timeout=TTL + 5) == ds.Removed(record.id())
+        assert time.monotonic() - seen_at >= TTL - RESCAN
+    assert not path.exists()
+
+
+@pytest.mark.parametrize("skew", [-60.0, 60.0])
+def test_a_skewed_writer_stays_alive_while_its_mtime_moves(store, client, skew):
+    record, path = hand_written(store, "skewed", 11)
+    with client.list_and_watch(ds.Query.endpoints()) as watch:
+        initial_state(watch)
+        stop = time.monotonic() + 3 * TTL
+        while time.monotonic() < stop:
+            stamp = time.time() + skew  # a host whose clock is a minute off
+            os.utime(path, (stamp, stamp))
+            assert_quiet(watch, TTL / 4)  # doubles as the heartbeat interval
+    assert client.list(ds.Query.endpoints()) == [record]
+
+
+def test_an_owner_rewrites_a_record_swept_while_it_was_alive(store, client, warnings):
+    endpoint = client.register(endpoint_spec())
+    path = store / "v1" / "instances" / f"ns%2Fbackend%2Fgenerate%2F{client.instance_id:x}"
+    path.unlink()  # as a sweeper with a wrong clock would
+    assert warnings.wait_for("wrote it again", timeout=TTL + 5)
+    assert ds.instance_from_json(path.read_bytes()) == endpoint
+
+
+def test_names_too_long_for_the_filesystem_are_refused(store, client):
+    with pytest.raises(ds.ValidationError, match="too long"):
+        client.register(ds.EventChannelSpec(ds.EventScope("ns"), "é" * 40, ds.NatsTransport("x")))
+    assert os.listdir(store / "v1" / "event_channels") == []
+
+
+def test_temp_files_and_locks_stay_out_of_the_records(store, client):
+    bucket = store / "v1" / "mdc"
+    (bucket / ".tmp_0123456789abcdef").write_bytes(b"{half")
+    client.register(ds.ModelSpec("ns", "backend", "generate", {"display_name": "m"}))
+    assert [m.card_json for m in client.list(ds.Query.models())] == [{"display_name": "m"}]
+    assert sorted(os.listdir(bucket)) == [".tmp_0123456789abcdef", f"ns%2Fbackend%2Fgenerate%2F{client.instance_id:x}"]
+    assert os.listdir(store / ".locks")  # the model's conflict check locked outside the bucket
+
+
+def test_a_lagging_consumer_gets_the_missed_changes_and_a_resync(store, client):
+    with client.list_and_watch(ds.Query.endpoints(), queue_size=4) as watch:
+        assert next_event(watch) == ds.Resync(())
+        registered = [client.register(endpoint_spec(endpoint=f"e{i}")) for i in range(20)]
+        for record in registered[:5]:
+            client.unregister(record)
+        events = []
+        while not (events and isinstance(events[-1], ds.Resync)):
+            events.append(next_event(watch))
+        assert set(events[-1].instances) == set(registered[5:])
+        assert len(events) < 25  # the overflow was not queued
