@@ -15,7 +15,7 @@ import logging
 import threading
 from typing import Any
 
-from .errors import ClientClosed, ConflictError, NotFoundError, ValidationError
+from .errors import ClientClosed, ConflictError, DiscoveryError, NotFoundError, ValidationError
 from .identity import DiscoveryInstanceId, ModelCardInstanceId
 from .model import DiscoveryInstance, EventSource, Model
 from .model_cards import check_replay, conflict_error, find_conflict
@@ -205,6 +205,30 @@ class Discovery(abc.ABC):
         """Probe the store without registering anything; BackendUnavailable when it fails."""
         self._check_open()
         self._probe()
+
+    def diagnose(self) -> dict[str, Any]:
+        """A JSON-ready health report of the store; ``problems`` lists what is wrong (empty: healthy)."""
+        self._check_open()
+        report: dict[str, Any] = {"backend": self.backend_name, "instance_id": f"{self.instance_id:x}", "problems": []}
+        try:
+            self._probe()
+        except DiscoveryError as exc:
+            report["problems"].append(str(exc))
+            return report
+        self._diagnose(report)
+        return report
+
+    def collect_garbage(self) -> list[str]:
+        """Remove records whose owners died and return their store keys.
+
+        Backends whose store expires records by itself (leases) return an empty list.
+        """
+        self._check_open()
+        return []
+
+    def _diagnose(self, report: dict[str, Any]) -> None:
+        """Add backend details and problems to ``report`` (nothing by default)."""
+        return None
 
     # -- lifecycle --------------------------------------------------------------------------------
     def shutdown(self) -> None:

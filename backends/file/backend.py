@@ -25,10 +25,12 @@ from discovery_sync.errors import BackendUnavailable, DiscoveryError, Validation
 from discovery_sync.events import DiscoveryEvent
 from discovery_sync.identity import DiscoveryInstanceId, RecordKind
 from discovery_sync.model import DiscoveryInstance, instance_from_json, instance_to_json
+from discovery_sync.pathcodec import decode
 from discovery_sync.periodic import PeriodicThread
 from discovery_sync.queries import Query
 from discovery_sync.watch import WatchFeed
 
+from .doctor import diagnose_store
 from .layout import StoreLayout
 from .locks import StoreLocks
 from .notify import DirectoryNotifier
@@ -40,6 +42,7 @@ log = logging.getLogger("discovery_sync.backends.file")
 DEFAULT_TTL = 10.0
 REFERENCE_TTL = 10.0  # reference workers sweep files older than 10 s whatever our TTL is
 MAX_CONSECUTIVE_SCAN_ERRORS = 3
+MAX_REMEMBERED_REMOVALS = 10_000
 
 
 class FileDiscovery(Discovery):
@@ -87,6 +90,9 @@ class FileDiscovery(Discovery):
             kind: BucketView(kind, self.layout.buckets[kind], self.ttl, self._feeds.publish) for kind in RecordKind
         }
         self._start_lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._removed_lock = threading.Lock()
+        self._removed_by_rescan: list[str] = []  # reported by the next collect_garbage()
         self._scan_errors = 0
         # content changes a rescan found that notifications had not delivered yet, by bucket
         self._suspects: dict[RecordKind, dict[str, Version | None]] = {kind: {} for kind in RecordKind}
@@ -188,7 +194,31 @@ class FileDiscovery(Discovery):
         except OSError as exc:
             raise BackendUnavailable(f"cannot read the file store at {self.layout.root}: {exc}") from exc
 
+    def _diagnose(self, report: dict[str, Any]) -> None:
+        details = diagnose_store(self.layout, self._notifier.kind, self._locks.mode, self.ttl)
+        report["problems"].extend(details.pop("problems"))
+        report.update(details)
+
+    def collect_garbage(self) -> list[str]:
+        """Watch the store for one TTL (liveness is judged on this reader's clock), then remove
+        the records nobody touched meanwhile; return their store keys."""
+        self._check_open()
+        with self._removed_lock:
+            self._removed_by_rescan.clear()
+        for view in self._views.values():
+            view.refresh()
+        self._stopping.wait(self.ttl + self.rescan_interval)
+        removed: list[str] = []
+        for view in self._views.values():
+            view.refresh()
+            removed += self._collect_garbage(view)
+        with self._removed_lock:
+            removed += self._removed_by_rescan
+            self._removed_by_rescan.clear()
+        return sorted(set(removed))
+
     def _close(self) -> None:
+        self._stopping.set()
         self._heartbeat.stop()
         self._rescanner.stop()
         self._notifier.stop()
@@ -245,15 +275,21 @@ class FileDiscovery(Discovery):
             )
             self._feeds.publish_missed(kind, missed)
             view.warn_pending()
-            self._collect_garbage(view)
+            removed = self._collect_garbage(view)
+            if removed:
+                with self._removed_lock:
+                    self._removed_by_rescan.extend(removed[:MAX_REMEMBERED_REMOVALS])
+                    del self._removed_by_rescan[:-MAX_REMEMBERED_REMOVALS]
         self._scan_errors = 0
 
-    def _collect_garbage(self, view: BucketView) -> None:
+    def _collect_garbage(self, view: BucketView) -> list[str]:
+        removed = []
         for name, entry in view.dead(self._owned_names(view.kind)):
-            if _still_unchanged(view.directory / name, entry):
-                log.info("removing %s/%s: no heartbeat for %.1f s", view.kind.bucket, name, view.ttl)
-                remove_record(view.directory / name)
+            if _still_unchanged(view.directory / name, entry) and remove_record(view.directory / name):
+                log.info("removed %s/%s: no heartbeat for %.1f s", view.kind.bucket, name, view.ttl)
+                removed.append(f"{view.kind.bucket}/{decode(name)}")
             view.refresh_name(name)
+        return removed
 
     def _rescan_error(self, exc: BaseException) -> bool:
         if isinstance(exc, OSError):
