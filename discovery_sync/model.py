@@ -40,6 +40,8 @@ class Endpoint:
     device_type: Any = field(default=None, hash=False)
     request_plane_codec: str | None = None
 
+    _id: EndpointInstanceId = field(init=False, repr=False, compare=False, hash=False)
+
     kind = RecordKind.ENDPOINT
 
     def __post_init__(self) -> None:
@@ -47,10 +49,13 @@ class Endpoint:
             raise ValidationError("transport must be a Transport")
         if self.request_plane_codec is not None and self.request_plane_codec not in REQUEST_PLANE_CODECS:
             raise ValidationError(f"request_plane_codec {self.request_plane_codec!r} is not valid: use json or msgpack")
-        self.id()  # validates names and the id
+        # building the identity validates names and id; it is kept because readers ask for it often
+        object.__setattr__(
+            self, "_id", EndpointInstanceId(self.namespace, self.component, self.endpoint, self.instance_id)
+        )
 
     def id(self) -> EndpointInstanceId:
-        return EndpointInstanceId(self.namespace, self.component, self.endpoint, self.instance_id)
+        return self._id
 
     @property
     def endpoint_id(self) -> EndpointId:
@@ -95,14 +100,19 @@ class Model:
     card_json: dict[str, Any] = field(hash=False)
     model_suffix: str | None = None
 
+    _id: ModelCardInstanceId = field(init=False, repr=False, compare=False, hash=False)
+
     kind = RecordKind.MODEL
 
     def __post_init__(self) -> None:
         require_object(self.card_json, "card_json")
-        self.id()
+        identity = ModelCardInstanceId(
+            self.namespace, self.component, self.endpoint, self.instance_id, self.model_suffix
+        )
+        object.__setattr__(self, "_id", identity)
 
     def id(self) -> ModelCardInstanceId:
-        return ModelCardInstanceId(self.namespace, self.component, self.endpoint, self.instance_id, self.model_suffix)
+        return self._id
 
     @property
     def endpoint_id(self) -> EndpointId:
@@ -142,6 +152,8 @@ class EventChannel:
     instance_id: int
     transport: EventTransport
 
+    _id: EventChannelInstanceId = field(init=False, repr=False, compare=False, hash=False)
+
     kind = RecordKind.EVENT_CHANNEL
 
     def __post_init__(self) -> None:
@@ -149,10 +161,10 @@ class EventChannel:
             raise ValidationError("scope must be an EventScope")
         if not isinstance(self.transport, EventTransport):
             raise ValidationError("transport must be an EventTransport (Nats, Zmq or ZmqBroker)")
-        self.id()
+        object.__setattr__(self, "_id", EventChannelInstanceId(self.scope, self.topic, self.instance_id))
 
     def id(self) -> EventChannelInstanceId:
-        return EventChannelInstanceId(self.scope, self.topic, self.instance_id)
+        return self._id
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -188,20 +200,22 @@ class EventSource:
     publisher_id: int
     metadata: dict[str, Any] = field(default_factory=dict, hash=False)
 
+    _id: EventSourceInstanceId = field(init=False, repr=False, compare=False, hash=False)
+
     kind = RecordKind.EVENT_SOURCE
 
     def __post_init__(self) -> None:
         if not isinstance(self.scope, EventScope):
             raise ValidationError("scope must be an EventScope")
         require_object(self.metadata, "metadata")
-        self.id()
+        object.__setattr__(self, "_id", EventSourceInstanceId(self.scope, self.topic, self.publisher_id))
 
     @property
     def instance_id(self) -> int:
         return self.publisher_id
 
     def id(self) -> EventSourceInstanceId:
-        return EventSourceInstanceId(self.scope, self.topic, self.publisher_id)
+        return self._id
 
     def to_dict(self) -> dict[str, Any]:
         return {

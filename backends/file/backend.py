@@ -167,7 +167,7 @@ class FileDiscovery(Discovery):
         view = self._views[query.kind]
         prefix = self.layout.name_prefix(query)
         try:
-            view.refresh(prefix)
+            view.refresh(prefix, quick=True)
         except OSError as exc:
             raise BackendUnavailable(f"cannot read {view.directory}: {exc}") from exc
         return view.valid(prefix, skip=self._owned_names(query.kind))

@@ -13,6 +13,7 @@ import secrets
 from pathlib import Path
 
 TEMP_PREFIX = ".tmp_"
+READ_SIZE = 65536
 
 
 def write_record(directory: Path, name: str, data: bytes, *, create_only: bool) -> bool:
@@ -46,13 +47,14 @@ def read_record(path: Path | str) -> bytes | None:
     """The file's bytes, or None when it does not exist (or is not a regular file)."""
     try:
         fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return None
-    except IsADirectoryError:
+    except (FileNotFoundError, IsADirectoryError):
         return None
     try:
-        chunks = []
-        while chunk := os.read(fd, 65536):
+        data = os.read(fd, READ_SIZE)
+        if len(data) < READ_SIZE:  # records are small: one read is the whole file
+            return data
+        chunks = [data]
+        while chunk := os.read(fd, READ_SIZE):
             chunks.append(chunk)
         return b"".join(chunks)
     except OSError as exc:

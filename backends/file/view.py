@@ -71,6 +71,7 @@ class BucketView:
     ) -> None:
         self.kind = kind
         self.directory = directory
+        self._prefix = os.path.join(directory, "")  # hot paths join strings, not Paths
         self.ttl = ttl
         self.lock = threading.RLock()
         self._publish = publish
@@ -85,20 +86,25 @@ class BucketView:
         warn: bool = True,
         publish: Publish | None = None,
         gate: Gate | None = None,
+        quick: bool = False,
     ) -> None:
         """Scan the directory (names starting with ``name_prefix``) and publish what changed.
 
         ``publish`` replaces the view's subscriber for this scan. ``gate(name, version)`` (version
         None for a vanished file) may hold a content change back: it is then left for a later
         scan or notification. Heartbeat-only changes always apply.
+
+        ``quick`` skips the ``stat`` of files whose inode is the cached one: atomic writers give
+        new content a new inode, so only liveness (mtimes, judged by full scans) goes unread.
         """
-        found = _scan(self.directory, name_prefix)
+        found = _scan(self.directory, name_prefix, self._unchanged_inode if quick else None)
         with self.lock:
             saved = self._publish
             self._publish = publish or saved
             try:
                 for name, st in found.items():
-                    self._update(name, st, warn, gate)
+                    if st is not None:
+                        self._update(name, st, warn, gate)
                 for name in [n for n in self._entries if n.startswith(name_prefix) and n not in found]:
                     if gate is None or gate(name, None):
                         self._drop(name)
@@ -110,7 +116,7 @@ class BucketView:
         if name.startswith("."):
             return
         try:
-            st = os.stat(self.directory / name, follow_symlinks=False)
+            st = os.stat(self._prefix + name, follow_symlinks=False)
         except FileNotFoundError:
             st = None
         with self.lock:
@@ -126,7 +132,7 @@ class BucketView:
             return
         now = self._clock()
         seen_at = entry.seen_at if entry is not None and entry.mtime_ns == st.st_mtime_ns else now
-        raw = read_record(self.directory / name)
+        raw = read_record(self._prefix + name)
         if raw is None:  # vanished between stat and read
             self._drop(name)
             return
@@ -173,6 +179,10 @@ class BucketView:
         if entry is not None and entry.valid is not None:
             self._publish(Removed(entry.valid.id()), None)
 
+    def _unchanged_inode(self, name: str, inode: int) -> bool:
+        entry = self._entries.get(name)
+        return entry is not None and entry.ino == inode
+
     # -- state --------------------------------------------------------------------------------------
     def valid(self, name_prefix: str = "", *, skip: frozenset[str] = frozenset()) -> list[DiscoveryInstance]:
         """Live valid records (dead ones excluded) whose names start with ``name_prefix``."""
@@ -195,13 +205,20 @@ class BucketView:
             return len(self._entries)
 
 
-def _scan(directory: Path, name_prefix: str) -> dict[str, os.stat_result]:
-    found: dict[str, os.stat_result] = {}
+def _scan(
+    directory: Path, name_prefix: str, unchanged: Callable[[str, int], bool] | None = None
+) -> dict[str, os.stat_result | None]:
+    """Regular files of ``directory`` (dot files excluded) with their stat; None for the files
+    ``unchanged(name, inode)`` vouches for, which are not stat'ed."""
+    found: dict[str, os.stat_result | None] = {}
     try:
         with os.scandir(directory) as entries:
             for entry in entries:
                 name = entry.name
                 if name.startswith(".") or not name.startswith(name_prefix):
+                    continue
+                if unchanged is not None and unchanged(name, entry.inode()):
+                    found[name] = None
                     continue
                 try:
                     st = entry.stat(follow_symlinks=False)

@@ -1,0 +1,131 @@
+"""``discovery-sync bench``: the file backend's numbers, printed as one JSON object.
+
+* ``delivery``: register in one process -> ``Added`` in a watcher in another, p50/p99 (ms);
+* ``register_per_second``: sequential registrations by one client;
+* ``list``: ``list()`` of N records by a fresh client (cold: reads every file) and again (warm);
+* ``rescan``: a full rescan of N files, cold and warm;
+* ``initial_sync``: ``list_and_watch`` until its Resync, for growing N (it must grow linearly).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import discovery_sync as ds
+
+
+def _percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+def _summary(values_ms: list[float]) -> dict[str, float]:
+    return {
+        "count": len(values_ms),
+        "p50_ms": round(_percentile(values_ms, 0.50), 3),
+        "p99_ms": round(_percentile(values_ms, 0.99), 3),
+        "max_ms": round(max(values_ms), 3),
+    }
+
+
+def _timed(action) -> float:
+    start = time.perf_counter()
+    action()
+    return (time.perf_counter() - start) * 1000
+
+
+def bench_delivery(url: str, events: int, interval: float = 0.002) -> dict[str, Any]:
+    writer = subprocess.Popen(
+        [sys.executable, "-m", "discovery_sync.tools.bench_writer", url, str(events), str(interval)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    latencies: list[float] = []
+    try:
+        assert writer.stdout.readline().strip() == "ready"
+        with ds.connect(url) as watcher, watcher.list_and_watch(ds.Query.endpoints("bench", "writer")) as watch:
+            watch.get(timeout=10)  # the empty Resync
+            writer.stdin.write("go\n")
+            writer.stdin.flush()
+            while len(latencies) < events:
+                event = watch.get(timeout=30)
+                now = time.monotonic_ns()
+                if isinstance(event, ds.Added):
+                    stamp = int(event.instance.transport.value.rsplit("/", 1)[1])
+                    latencies.append((now - stamp) / 1e6)
+        writer.stdin.write("done\n")
+        writer.stdin.flush()
+        writer.wait(30)
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+    return _summary(latencies)
+
+
+def _populate(url: str, records: int) -> tuple[ds.Discovery, float]:
+    client = ds.connect(url)
+    start = time.perf_counter()
+    for i in range(records):
+        client.register(ds.EndpointSpec("bench", "list", f"e{i}", ds.Transport.tcp(f"127.0.0.1:{i % 65536}")))
+    return client, records / (time.perf_counter() - start)
+
+
+def bench_store(url: str, records: int) -> dict[str, Any]:
+    owner, rate = _populate(url, records)
+    try:
+        query = ds.Query.endpoints()
+        with ds.connect(url) as reader:
+            cold = _timed(lambda: reader.list(query))
+            assert len(reader.list(query)) == records
+            warm = statistics.median(_timed(lambda: reader.list(query)) for _ in range(5))
+        with ds.connect(url) as scanner:
+            cold_rescan = _timed(scanner.rescan)
+            warm_rescan = statistics.median(_timed(scanner.rescan) for _ in range(5))
+        return {
+            "records": records,
+            "register_per_second": round(rate),
+            "list_cold_ms": round(cold, 2),
+            "list_warm_ms": round(warm, 2),
+            "rescan_cold_ms": round(cold_rescan, 2),
+            "rescan_warm_ms": round(warm_rescan, 2),
+        }
+    finally:
+        owner.shutdown()
+
+
+def bench_initial_sync(base: Path, sizes: list[int]) -> list[dict[str, Any]]:
+    results = []
+    for size in sizes:
+        url = f"file://{base / f'sync-{size}'}"
+        owner, _ = _populate(url, size)
+        try:
+            with ds.connect(url) as reader:
+                start = time.perf_counter()
+                with reader.list_and_watch(ds.Query.endpoints()) as watch:
+                    while not isinstance(watch.get(timeout=60), ds.Resync):
+                        pass
+                elapsed = (time.perf_counter() - start) * 1000
+            results.append({"records": size, "ms": round(elapsed, 2), "us_per_record": round(elapsed * 1000 / size, 2)})
+        finally:
+            owner.shutdown()
+    return results
+
+
+def run_bench(args: argparse.Namespace) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="discovery-sync-bench-", dir=args.dir) as scratch:
+        base = Path(scratch)
+        return {
+            "backend": "file",
+            "store_dir": str(base),
+            "delivery": bench_delivery(f"file://{base / 'delivery'}", args.events),
+            "store": bench_store(f"file://{base / 'store'}", args.records),
+            "initial_sync": bench_initial_sync(base, [1000, 2000, 4000, 8000]),
+        }
