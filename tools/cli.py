@@ -86,7 +86,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_gc(args: argparse.Namespace) -> int:
     with ds.connect(args.url) as client:
         for removed in client.collect_garbage():
-            _print_json({"removed": {"kind": removed.kind.value, "path": removed.to_path()}})
+            _print_json({"removed": removed})
     return 0
 
 

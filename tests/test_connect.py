@@ -1,0 +1,72 @@
+"""connect(): URLs, the reference runtime's environment variables, lazy backend imports."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import discovery_sync as ds
+
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    for name in ("DYN_DISCOVERY_BACKEND", "ETCD_ENDPOINTS", "DYN_FILE_KV", "DYN_FILE_KV_TTL_SECS"):
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+def test_without_a_url_the_file_store_in_dyn_file_kv_is_used(clean_env, tmp_path):
+    clean_env.setenv("DYN_FILE_KV", str(tmp_path / "kv"))
+    clean_env.setenv("DYN_FILE_KV_TTL_SECS", "7")
+    with ds.connect() as client:
+        assert client.backend_name == "file"
+        assert client.root == tmp_path / "kv"
+        assert client.ttl == 7.0
+        client.register(ds.EndpointSpec("ns", "c", "e", ds.Transport.tcp("x")))
+        assert len(list((tmp_path / "kv" / "v1" / "instances").iterdir())) == 1
+
+
+def test_dyn_discovery_backend_selects_the_backend(clean_env, tmp_path):
+    clean_env.setenv("DYN_DISCOVERY_BACKEND", "mem")
+    with ds.connect() as client:
+        assert client.backend_name == "memory"
+    clean_env.setenv("DYN_DISCOVERY_BACKEND", "file")
+    clean_env.setenv("DYN_FILE_KV", str(tmp_path))
+    with ds.connect() as client:
+        assert client.backend_name == "file"
+    clean_env.setenv("DYN_DISCOVERY_BACKEND", "consul")
+    with pytest.raises(ds.ValidationError, match="file, etcd, kubernetes, mem"):
+        ds.connect()
+
+
+def test_etcd_endpoints_selects_etcd_when_no_backend_is_named(clean_env):
+    clean_env.setenv("ETCD_ENDPOINTS", "http://127.0.0.1:2379")
+    assert ds.default_url() == "etcd://"
+
+
+def test_file_url_options(clean_env, tmp_path):
+    with ds.connect(f"file://{tmp_path}?mode=shared&ttl=4") as client:
+        assert (client.observer_kind, client.lock_mode, client.ttl) == ("polling", "soft", 4.0)
+    for bad in ("ttl=abc", "observer=fanotify", "lock=maybe", "mode=cluster", "colour=blue", "ttl=0"):
+        with pytest.raises(ds.ValidationError):
+            ds.connect(f"file://{tmp_path}?{bad}")
+    with pytest.raises(ds.ValidationError, match="not a host"):
+        ds.connect("file://remotehost/path")
+    with pytest.raises(ds.ValidationError):
+        ds.connect(42)
+
+
+def test_memory_clients_share_a_named_registry():
+    with ds.connect("memory://shared-test") as a, ds.connect("memory://shared-test") as b:
+        with ds.connect("memory://elsewhere") as c:
+            endpoint = a.register(ds.EndpointSpec("ns", "c", "e", ds.Transport.tcp("x")))
+            assert b.list(ds.Query.endpoints()) == [endpoint]
+            assert c.list(ds.Query.endpoints()) == []
+
+
+def test_importing_the_package_pulls_in_no_backend_library():
+    code = "import sys, discovery_sync; print(sorted(m for m in ('requests','kubernetes','watchdog','filelock') if m in sys.modules))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.stdout.strip() == "[]", result.stderr

@@ -1,0 +1,127 @@
+"""The discovery-sync command, run as a real subprocess against a real file store."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+import discovery_sync as ds
+
+SPEC = {
+    "type": "Endpoint",
+    "namespace": "ns",
+    "component": "backend",
+    "endpoint": "generate",
+    "transport": {"tcp": "x"},
+}
+
+
+def cli(*args: str, url: str | None = None, **kwargs) -> subprocess.CompletedProcess:
+    prefix = ["--url", url] if url else []
+    command = [sys.executable, "-m", "discovery_sync.tools", *prefix, *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60, **kwargs)
+
+
+def lines(output: str) -> list[dict]:
+    return [orjson.loads(line) for line in output.splitlines() if line.strip()]
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    return f"file://{tmp_path / 'store'}?ttl=2&rescan_interval=0.2"
+
+
+def test_demo_runs_and_exits_zero(tmp_path):
+    result = cli("demo", url=f"file://{tmp_path / 'demo'}")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "ModelTaintsUpdated" in result.stdout
+    assert "demo finished" in result.stdout
+
+
+def test_list_prints_json_lines_of_records(url):
+    with ds.connect(url) as client:
+        endpoint = client.register(ds.EndpointSpec("ns", "backend", "generate", ds.Transport.tcp("127.0.0.1:1")))
+        client.register(ds.ModelSpec("ns", "backend", "generate", {"display_name": "m"}))
+        result = cli("list", "--namespace", "ns", url=url)
+        assert result.returncode == 0, result.stderr
+        assert lines(result.stdout) == [endpoint.to_dict()]
+        models = lines(cli("list", "--kind", "models", url=url).stdout)
+        assert [m["card_json"] for m in models] == [{"display_name": "m"}]
+
+
+def test_register_holds_until_interrupted_and_watch_sees_it_come_and_go(url, tmp_path):
+    spec = tmp_path / "spec.json"
+    spec.write_bytes(orjson.dumps(SPEC))
+    command = [sys.executable, "-m", "discovery_sync.tools", "--url", url, "register", str(spec)]
+    holder = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        registered = orjson.loads(holder.stdout.readline())
+        assert registered["namespace"] == "ns" and isinstance(registered["instance_id"], int)
+        watch = cli("watch", "--count", "2", url=url)  # the Added of the initial state and the Resync
+        events = lines(watch.stdout)
+        assert [e["event"] for e in events] == ["Added", "Resync"]
+        assert events[0]["instance"] == registered
+        holder.send_signal(signal.SIGINT)
+        assert holder.wait(30) == 0
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+    assert lines(cli("list", url=url).stdout) == []
+
+
+def test_register_refuses_bad_specs_with_a_clear_message(url, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(
+        '{"type": "Endpoint", "namespace": "", "component": "c", "endpoint": "e", "transport": {"tcp": "x"}}'
+    )
+    result = cli("register", "--no-hold", str(bad), url=url)
+    assert result.returncode == 2
+    assert "namespace must not be empty" in result.stderr
+    result = cli("register", "--no-hold", "-", url=url, input="not json")
+    assert result.returncode == 2 and "not valid JSON" in result.stderr
+    assert lines(cli("list", url=url).stdout) == []
+
+
+def test_watch_with_an_idle_timeout_ends_by_itself(url):
+    result = cli("watch", "--kind", "event_sources", "--idle-timeout", "0.5", url=url)
+    assert result.returncode == 0
+    assert lines(result.stdout) == [{"event": "Resync", "instances": []}]
+
+
+def test_doctor_reports_a_healthy_store_and_then_a_corrupt_record(url, tmp_path):
+    healthy = cli("doctor", url=url)
+    assert healthy.returncode == 0, healthy.stderr
+    report = orjson.loads(healthy.stdout)
+    assert report["backend"] == "file" and report["problems"] == []
+    assert report["filesystem"]["type"] != "unknown"
+    (tmp_path / "store" / "v1" / "instances" / "ns%2Fb%2Fe%2F1").write_text("{broken")
+    broken = cli("doctor", url=url)
+    assert broken.returncode == 1
+    assert "unreadable record" in broken.stderr
+    assert orjson.loads(broken.stdout)["buckets"]["v1/instances"]["unreadable"] == 1
+
+
+def test_gc_removes_records_of_dead_owners_only(url, tmp_path):
+    bucket = tmp_path / "store" / "v1" / "instances"
+    with ds.connect(url) as live:
+        live.register(ds.EndpointSpec("ns", "backend", "live", ds.Transport.tcp("x")))
+        orphan = ds.Endpoint("ns", "backend", "orphan", 5, ds.Transport.tcp("x"))
+        (bucket / "ns%2Fbackend%2Forphan%2F5").write_bytes(ds.instance_to_json(orphan))
+        result = cli("gc", url=url)
+        assert result.returncode == 0, result.stderr
+        assert lines(result.stdout) == [{"removed": "v1/instances/ns/backend/orphan/5"}]
+        assert [e.endpoint for e in live.list(ds.Query.endpoints())] == ["live"]
+
+
+def test_bad_urls_and_environment_fail_clearly(tmp_path):
+    result = cli("list", url="nosuch://x")
+    assert result.returncode == 2 and "scheme must be one of" in result.stderr
+    env = {**os.environ, "DYN_DISCOVERY_BACKEND": "zookeeper"}
+    result = cli("list", env=env)
+    assert result.returncode == 2 and "DYN_DISCOVERY_BACKEND" in result.stderr
