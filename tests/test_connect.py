@@ -59,14 +59,16 @@ def test_file_url_options(clean_env, tmp_path):
 
 
 def test_memory_clients_share_a_named_registry():
-    with ds.connect("memory://shared-test") as a, ds.connect("memory://shared-test") as b:
-        with ds.connect("memory://elsewhere") as c:
-            endpoint = a.register(ds.EndpointSpec("ns", "c", "e", ds.Transport.tcp("x")))
-            assert b.list(ds.Query.endpoints()) == [endpoint]
-            assert c.list(ds.Query.endpoints()) == []
+    a, b, c = ds.connect("memory://shared-test"), ds.connect("memory://shared-test"), ds.connect("memory://elsewhere")
+    endpoint = a.register(ds.EndpointSpec("ns", "c", "e", ds.Transport.tcp("x")))
+    assert b.list(ds.Query.endpoints()) == [endpoint]
+    assert c.list(ds.Query.endpoints()) == []
+    a.shutdown()
+    assert b.list(ds.Query.endpoints()) == []
 
 
 def test_importing_the_package_pulls_in_no_backend_library():
-    code = "import sys, discovery_sync; print(sorted(m for m in ('requests','kubernetes','watchdog','filelock') if m in sys.modules))"
+    heavy = "('requests', 'kubernetes', 'watchdog', 'filelock')"
+    code = f"import sys, discovery_sync; print(sorted(m for m in {heavy} if m in sys.modules))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.stdout.strip() == "[]", result.stderr
