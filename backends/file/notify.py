@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -72,7 +73,17 @@ class DirectoryNotifier:
             observer.schedule(_BucketHandler(on_name, on_error), str(directory), recursive=False, event_filter=wanted)
         observer.name = f"discovery-sync-file-{self.kind}"
         observer.daemon = True
-        observer.start()
+        # watchdog's inotify observer starts a reader thread of its own when it is created
+        reader = getattr(observer, "_inotify_fd", None)
+        if isinstance(reader, threading.Thread):
+            reader.name = "discovery-sync-file-inotify-reader"
+        try:
+            observer.start()
+        except BaseException:
+            observer.stop()  # also stops that reader thread
+            raise
+        for index, emitter in enumerate(observer.emitters):
+            emitter.name = f"discovery-sync-file-{self.kind}-emitter-{index}"
         self._observer = observer
 
     def _make_observer(self) -> BaseObserver:

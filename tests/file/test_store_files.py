@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -161,3 +162,30 @@ def test_a_lagging_consumer_gets_the_missed_changes_and_a_resync(store, client):
             events.append(next_event(watch))
         assert set(events[-1].instances) == set(registered[5:])
         assert len(events) < 25  # the overflow was not queued
+
+
+def test_a_store_that_vanishes_fails_the_watch_loudly_and_threads_stop(store):
+    client = ds.connect(f"file://{store}?ttl=3&rescan_interval={RESCAN}")
+    watch = client.list_and_watch(ds.Query.endpoints())
+    assert next_event(watch) == ds.Resync(())
+    shutil.rmtree(store)
+    with pytest.raises(ds.WatchFailed, match="cannot watch the file store") as failure:
+        next_event(watch)
+    assert isinstance(failure.value.__cause__, ds.BackendUnavailable)
+    client.shutdown()
+    leftovers = [t.name for t in threading.enumerate() if t.name.startswith("discovery-sync") or "Inotify" in repr(t)]
+    assert leftovers == []
+
+
+def test_every_background_thread_is_named_daemonic_and_stopped_by_shutdown(store):
+    before = set(threading.enumerate())
+    client = ds.connect(f"file://{store}")
+    watch = client.list_and_watch(ds.Query.endpoints())
+    started = set(threading.enumerate()) - before
+    assert started, "the client runs its heartbeat, rescan and observer threads"
+    assert all(t.name.startswith("discovery-sync-file-") and t.daemon for t in started), started
+    client.shutdown()
+    assert watch.closed
+    for thread in started:
+        thread.join(5)
+    assert not [t for t in started if t.is_alive()]
