@@ -14,7 +14,7 @@ from typing import Any
 from discovery_sync.broadcast import FeedSet
 from discovery_sync.discovery import Discovery
 from discovery_sync.events import Removed
-from discovery_sync.identity import DiscoveryInstanceId
+from discovery_sync.identity import DiscoveryInstanceId, RecordKind
 from discovery_sync.model import DiscoveryInstance
 from discovery_sync.queries import Query
 from discovery_sync.reconcile import apply
@@ -108,7 +108,7 @@ class MemoryDiscovery(Discovery):
     def _list(self, query: Query) -> list[DiscoveryInstance]:
         return self.registry.list(query)
 
-    def _store_lock(self, key: str) -> contextlib.AbstractContextManager[Any]:
+    def _store_lock(self, kind: RecordKind, key: str) -> contextlib.AbstractContextManager[Any]:
         return self.registry.lock
 
     def _open_feed(self, feed: WatchFeed) -> None:

@@ -16,7 +16,7 @@ import threading
 from typing import Any
 
 from .errors import ClientClosed, ConflictError, DiscoveryError, NotFoundError, ValidationError
-from .identity import DiscoveryInstanceId, ModelCardInstanceId
+from .identity import DiscoveryInstanceId, ModelCardInstanceId, RecordKind
 from .model import DiscoveryInstance, EventSource, Model
 from .model_cards import check_replay, conflict_error, find_conflict
 from .queries import Query
@@ -98,7 +98,7 @@ class Discovery(abc.ABC):
 
     def _register_model(self, model: Model) -> Model:
         endpoint_models = Query.models(model.namespace, model.component, model.endpoint)
-        with self._store_lock(endpoint_models.key_prefix()):
+        with self._store_lock(RecordKind.MODEL, endpoint_models.key_prefix()):
             existing = self._get(model.id())
             if existing is not None:
                 check_replay(existing, model)
@@ -130,7 +130,7 @@ class Discovery(abc.ABC):
         return True
 
     def _register_event_source(self, source: EventSource) -> EventSource:
-        with self._store_lock(source.kind.bucket + "/" + source.id().to_path()):
+        with self._store_lock(source.kind, source.kind.bucket + "/" + source.id().to_path()):
             existing = self._get(source.id()) or self._create(source)
             if existing is None or existing == source:
                 return source
@@ -166,7 +166,7 @@ class Discovery(abc.ABC):
         with self._api_lock:
             self._check_open()
             endpoint_models = Query.models(model_id.namespace, model_id.component, model_id.endpoint)
-            with self._store_lock(endpoint_models.key_prefix()):
+            with self._store_lock(RecordKind.MODEL, endpoint_models.key_prefix()):
                 existing = self._get(model_id)
                 if not isinstance(existing, Model):
                     raise NotFoundError(f"model card {model_id.to_path()} is not registered")
@@ -282,8 +282,9 @@ class Discovery(abc.ABC):
     def _list(self, query: Query) -> list[DiscoveryInstance]:
         """Valid stored records under ``query.key_prefix()`` (the caller filters with matches)."""
 
-    def _store_lock(self, key: str) -> contextlib.AbstractContextManager[Any]:
-        """A lock serialising read-modify-write sequences on ``key`` across all clients of the store."""
+    def _store_lock(self, kind: RecordKind, key: str) -> contextlib.AbstractContextManager[Any]:
+        """A lock serialising read-modify-write sequences on ``key`` (a record or key prefix of
+        ``kind``) across all clients of the store; it may cover more than ``key``."""
         return contextlib.nullcontext()
 
     @abc.abstractmethod

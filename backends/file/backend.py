@@ -172,8 +172,9 @@ class FileDiscovery(Discovery):
             raise BackendUnavailable(f"cannot read {view.directory}: {exc}") from exc
         return view.valid(prefix, skip=self._owned_names(query.kind))
 
-    def _store_lock(self, key: str) -> contextlib.AbstractContextManager[Any]:
-        return self._locks.hold(self.layout.lock_path(key), key)
+    def _store_lock(self, kind: RecordKind, key: str) -> contextlib.AbstractContextManager[Any]:
+        # the whole bucket, as reference workers lock it for every change they make
+        return self._locks.hold(self.layout.buckets[kind], self.layout.lock_path(kind.bucket))
 
     def _open_feed(self, feed: WatchFeed) -> None:
         self._ensure_notifier()

@@ -2,13 +2,12 @@
 
 ``root/v1/instances/``, ``root/v1/mdc/``, ``root/v1/event_channels/``, ``root/v1/event_sources/``
 hold one file per record, named by percent-encoding its identity path (every byte that is not
-an ASCII letter or digit becomes ``%XX``). Locks live in ``root/.locks/``: nothing but records
-(and the writers' ``.tmp_*`` files) ever goes in a bucket directory.
+an ASCII letter or digit becomes ``%XX``). Soft locks live in ``root/.locks/``: nothing but
+records (and the writers' ``.tmp_*`` files) ever goes in a bucket directory.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import tempfile
 from pathlib import Path
@@ -58,5 +57,5 @@ class StoreLayout:
         return encode_filename(relative)
 
     def lock_path(self, key: str) -> Path:
-        digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
-        return self.lock_dir / f"{digest}.lock"
+        """The soft-lock marker file for ``key`` (a bucket name, for instance)."""
+        return self.lock_dir / f"{encode_filename(key)}.lock"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import shutil
@@ -142,13 +143,30 @@ def test_names_too_long_for_the_filesystem_are_refused(store, client):
     assert os.listdir(store / "v1" / "event_channels") == []
 
 
-def test_temp_files_and_locks_stay_out_of_the_records(store, client):
+def test_temp_files_stay_out_of_the_records(store, client):
     bucket = store / "v1" / "mdc"
     (bucket / ".tmp_0123456789abcdef").write_bytes(b"{half")
     client.register(ds.ModelSpec("ns", "backend", "generate", {"display_name": "m"}))
     assert [m.card_json for m in client.list(ds.Query.models())] == [{"display_name": "m"}]
     assert sorted(os.listdir(bucket)) == [".tmp_0123456789abcdef", f"ns%2Fbackend%2Fgenerate%2F{client.instance_id:x}"]
-    assert os.listdir(store / ".locks")  # the model's conflict check locked outside the bucket
+
+
+def test_model_registration_locks_the_bucket_directory_like_reference_workers(store):
+    client = ds.connect(f"file://{store}?lock_timeout=0.3")
+    try:
+        holder = os.open(store / "v1" / "mdc", os.O_RDONLY)  # what a reference worker does before a change
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        try:
+            with pytest.raises(ds.LockTimeout, match="v1/mdc"):
+                client.register(ds.ModelSpec("ns", "backend", "generate", {"display_name": "m"}))
+            assert os.listdir(store / "v1" / "mdc") == []
+            client.register(endpoint_spec())  # plain creates are atomic links and need no lock
+        finally:
+            os.close(holder)
+        client.register(ds.ModelSpec("ns", "backend", "generate", {"display_name": "m"}))
+        assert os.listdir(store / ".locks") == []  # hard locks leave no files behind
+    finally:
+        client.shutdown()
 
 
 def test_a_lagging_consumer_gets_the_missed_changes_and_a_resync(store, client):
