@@ -78,6 +78,8 @@ class ModelCardInstanceId:
         check_instance_id(self.instance_id)
         if self.model_suffix is not None and not isinstance(self.model_suffix, str):
             raise ValidationError(f"model_suffix must be a string or None, got {type(self.model_suffix).__name__}")
+        if self.model_suffix == "":  # the path omits an empty suffix, so the identity does too
+            object.__setattr__(self, "model_suffix", None)
 
     def to_path(self) -> str:
         path = f"{self.namespace}/{self.component}/{self.endpoint}/{self.instance_id:x}"

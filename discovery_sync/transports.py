@@ -123,8 +123,8 @@ class EventTransport:
             return ZmqTransport(require(config, "endpoint", "Zmq config"))
         if tag == "ZmqBroker":
             return ZmqBrokerTransport(
-                tuple(require(config, "xsub_endpoints", "ZmqBroker config")),
-                tuple(require(config, "xpub_endpoints", "ZmqBroker config")),
+                _string_tuple(require(config, "xsub_endpoints", "ZmqBroker config"), "xsub_endpoints"),
+                _string_tuple(require(config, "xpub_endpoints", "ZmqBroker config"), "xpub_endpoints"),
             )
         raise ValidationError(f"unknown event transport kind {tag!r}: expected Nats, Zmq or ZmqBroker")
 
@@ -185,3 +185,9 @@ class ZmqBrokerTransport(EventTransport):
 
     def config(self) -> dict[str, Any]:
         return {"xsub_endpoints": list(self.xsub_endpoints), "xpub_endpoints": list(self.xpub_endpoints)}
+
+
+def _string_tuple(value: Any, field: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ValidationError(f"{field} must be an array of strings, got {value!r}")
+    return tuple(value)

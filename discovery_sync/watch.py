@@ -57,6 +57,7 @@ class WatchFeed:
         self._view: dict[DiscoveryInstanceId, DiscoveryInstance] = {}
         self._delivered: dict[DiscoveryInstanceId, DiscoveryInstance] = {}
         self._lagged = False
+        self._queued = 0  # events (not wake-ups) in the queue
         self._failure: BaseException | None = None
         self._closed = False
         self._on_close: list[Callable[[], None]] = []
@@ -71,7 +72,7 @@ class WatchFeed:
             records = ordered(matching.values())
             self._pending.extend(Added(i) for i in records)
             self._pending.append(Resync(records))
-        self._queue.put(_WAKE)
+        self._queue.put(_WAKE)  # for a consumer already blocked in get()
 
     def added(self, instance: DiscoveryInstance) -> bool:
         """A new record, or an endpoint replaced with a new value. True when it matched."""
@@ -165,7 +166,7 @@ class WatchFeed:
         """Queue ``event`` (lock held) and record what it delivers; drop into lagged mode when full."""
         if self._closed or self._lagged:
             return
-        if self._queue.qsize() >= self._maxsize:
+        if self._queued >= self._maxsize:
             self._lagged = True
             log.warning("watch %s lagged more than %d events behind; it will resync", self.query, self._maxsize)
             return
@@ -176,6 +177,7 @@ class WatchFeed:
                 self._delivered.pop(key, None)
             else:
                 self._delivered[key] = value
+        self._queued += 1
         self._queue.put(event)
 
     # -- consumer side (used by Watch) ------------------------------------------------------------
@@ -192,6 +194,8 @@ class WatchFeed:
             except queue.Empty:
                 raise WatchTimeout(f"no event on {self.query} within the timeout") from None
             if item is not _WAKE:
+                with self._lock:
+                    self._queued -= 1
                 return item  # type: ignore[return-value]
             with self._lock:
                 if self._closed:
@@ -202,13 +206,13 @@ class WatchFeed:
             # a wake-up with nothing to do: loop and block again
 
     def _raise_if_failed(self) -> None:
-        if self._failure is not None and self._queue.empty():
+        if self._failure is not None and not self._queued:
             raise WatchFailed(f"the watch on {self.query} failed: {self._failure}") from self._failure
 
     def _after_take(self) -> None:
         """Called by the consumer after each event: recover from lag once the queue is drained."""
         with self._lock:
-            if not self._lagged or not self._queue.empty() or self._pending:
+            if not self._lagged or self._queued or self._pending:
                 return
             events, _ = diff(self._delivered, self._view)
             self._pending.extend(events)
