@@ -232,11 +232,16 @@ class EventSource:
             scope=EventScope.from_dict(require(data, "scope", "EventSource")),
             topic=require(data, "topic", "EventSource"),
             publisher_id=require(data, "publisher_id", "EventSource"),
-            metadata=data.get("metadata") or {},
+            metadata=_or_empty(data.get("metadata")),
         )
 
 
 DiscoveryInstance = Endpoint | Model | EventChannel | EventSource
+
+
+def _or_empty(metadata: Any) -> Any:
+    """Absent or null metadata is an empty object; anything else is validated as given."""
+    return {} if metadata is None else metadata
 
 _TYPES: dict[str, type] = {
     "Endpoint": Endpoint,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ValidationError
@@ -20,7 +20,7 @@ class Transport:
     """
 
     kind: str
-    value: Any
+    value: Any = field(hash=False)  # opaque JSON for unknown kinds, possibly an object
 
     KNOWN_KINDS = ("nats_tcp", "http", "tcp")
 
