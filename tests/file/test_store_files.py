@@ -175,11 +175,24 @@ def test_a_lagging_consumer_gets_the_missed_changes_and_a_resync(store, client):
         registered = [client.register(endpoint_spec(endpoint=f"e{i}")) for i in range(20)]
         for record in registered[:5]:
             client.unregister(record)
+        expected = {r.id(): r for r in registered[5:]}
+        # list() reads the store in this thread and feeds the watch as it goes: by its return the
+        # watch has been handed all 15 changes without its consumer taking any
+        assert {e.id() for e in client.list(ds.Query.endpoints())} == expected.keys()
         events = []
-        while not (events and isinstance(events[-1], ds.Resync)):
+        while not events or not isinstance(events[-1], ds.Resync):
             events.append(next_event(watch))
-        assert set(events[-1].instances) == set(registered[5:])
-        assert len(events) < 25  # the overflow was not queued
+        resync = events[-1]
+        assert {i.id(): i for i in resync.instances} == expected
+        # the queued events, then the difference to what the consumer missed, then the Resync
+        state: dict = {}
+        for event in events[:-1]:
+            if isinstance(event, ds.Added):
+                state[event.instance.id()] = event.instance
+            else:
+                state.pop(event.id)
+        assert state == expected
+        assert_quiet(watch, 3 * RESCAN)
 
 
 def test_a_store_that_vanishes_fails_the_watch_loudly_and_threads_stop(store):
