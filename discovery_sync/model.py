@@ -243,6 +243,7 @@ def _or_empty(metadata: Any) -> Any:
     """Absent or null metadata is an empty object; anything else is validated as given."""
     return {} if metadata is None else metadata
 
+
 _TYPES: dict[str, type] = {
     "Endpoint": Endpoint,
     "Model": Model,
