@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.interop.harness import RustPeer
+
+
+@pytest.fixture
+def file_store(tmp_path: Path) -> Path:
+    return tmp_path / "store"
+
+
+@pytest.fixture
+def rust_peer(file_store: Path) -> Iterator[Callable[[], RustPeer]]:
+    """Start reference-runtime peers on the file store; all are killed at teardown."""
+    started: list[RustPeer] = []
+
+    def start() -> RustPeer:
+        peer = RustPeer("file", {"DYN_FILE_KV": str(file_store)}, isolate=True)
+        started.append(peer)
+        return peer
+
+    yield start
+    for peer in started:
+        peer.kill()
+
+
+@pytest.fixture
+def tiny_model(tmp_path: Path) -> Path:
+    """The smallest local model directory the runtime accepts offline: a config.json of {}."""
+    directory = tmp_path / "tiny-model"
+    directory.mkdir()
+    (directory / "config.json").write_text("{}")
+    return directory

@@ -1,0 +1,101 @@
+"""Run reference-runtime processes (rust_peer.py) as real peers of discovery-sync clients.
+
+Every peer binds loopback only (``DYN_TCP_RPC_HOST``/``DYN_EVENT_PLANE_HOST``). Peers of the
+file backend need no network at all and run in a network namespace of their own with only a
+loopback interface when the machine allows it (root with ``unshare``), so nothing they open is
+reachable from outside whatever they bind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+PEER_SCRIPT = Path(__file__).with_name("rust_peer.py")
+REPO = Path(__file__).resolve().parents[2]
+REPLY_TIMEOUT = 60.0
+
+
+def loopback_namespace_prefix() -> list[str]:
+    """A command prefix that runs a program in a new network namespace with only ``lo`` up."""
+    if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("ip"):
+        return []
+    probe = subprocess.run(["unshare", "-n", "true"], capture_output=True)
+    if probe.returncode != 0:
+        return []
+    return ["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$0" "$@"']
+
+
+class PeerError(AssertionError):
+    pass
+
+
+class RustPeer:
+    """One reference-runtime process. ``call("serve", endpoint="ns.comp.ep")`` etc."""
+
+    def __init__(self, backend: str, env: dict[str, str], *, isolate: bool = False) -> None:
+        full_env = {
+            **os.environ,
+            "DYN_TCP_RPC_HOST": "127.0.0.1",
+            "DYN_EVENT_PLANE_HOST": "127.0.0.1",
+            "DYN_DISCOVERY_BACKEND": backend,
+            "HF_HUB_OFFLINE": "1",
+            "NO_COLOR": "1",
+            "DYN_SDK_DISABLE_ANSI_LOGGING": "1",
+            "DYN_LOG": "warn",
+            **env,
+        }
+        prefix = loopback_namespace_prefix() if isolate else []
+        self.process = subprocess.Popen(
+            [*prefix, sys.executable, str(PEER_SCRIPT), backend],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=full_env,
+            cwd=REPO,
+        )
+        self._stderr: deque[str] = deque(maxlen=200)
+        threading.Thread(target=self._drain_stderr, name="rust-peer-stderr", daemon=True).start()
+        self.isolated = bool(prefix)
+
+    def _drain_stderr(self) -> None:
+        for line in self.process.stderr:
+            self._stderr.append(line.rstrip())
+
+    def call(self, cmd: str, **args: Any) -> dict[str, Any]:
+        """Send one command and wait for its reply; raise PeerError on an error reply."""
+        self.process.stdin.write(json.dumps({"cmd": cmd, **args}) + "\n")
+        self.process.stdin.flush()
+        reply_box: list[str] = []
+        reader = threading.Thread(target=lambda: reply_box.append(self.process.stdout.readline()), daemon=True)
+        reader.start()
+        reader.join(REPLY_TIMEOUT)
+        if not reply_box or not reply_box[0]:
+            raise PeerError(f"the reference peer did not answer {cmd!r}; its log:\n" + self.log())
+        reply = json.loads(reply_box[0])
+        if "error" in reply:
+            raise PeerError(f"{cmd} failed in the reference peer: {reply['error']}\n{self.log()}")
+        return reply
+
+    def log(self) -> str:
+        return "\n".join(self._stderr)
+
+    def shutdown(self) -> None:
+        """A clean shutdown: ``drt.shutdown()`` (the only path on which the reference removes its records)."""
+        if self.process.poll() is None:
+            self.call("shutdown")
+            self.process.wait(30)
+
+    def kill(self) -> None:
+        """SIGKILL: the reference leaves its records behind for the sweepers."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(30)

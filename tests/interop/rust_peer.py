@@ -1,0 +1,157 @@
+"""A reference-runtime (ai-dynamo-runtime) process driven by JSON commands, one per line.
+
+Run by ``harness.RustPeer``; it reads ``{"cmd": ..., ...}`` lines from stdin and answers each with
+one JSON line (``{"ok": true, ...}`` or ``{"error": "..."}``). Everything discovery-related is
+the real Rust code of the wheel: this file only translates commands into its Python API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from typing import Any
+
+from dynamo._core import DistributedRuntime, FpmEventSubscriber
+from dynamo.llm import (
+    KvEventPublisher,
+    ModelInput,
+    ModelRuntimeConfig,
+    ModelType,
+    WorkerType,
+    register_model,
+    update_model_taints,
+)
+
+
+async def handler(request: Any, context: Any = None):
+    yield {"echo": request}
+
+
+class Peer:
+    def __init__(self, backend: str) -> None:
+        self.drt = DistributedRuntime(asyncio.get_running_loop(), backend, "tcp")
+        self.endpoints: dict[str, Any] = {}
+        self.clients: dict[str, Any] = {}
+        self.serving: list[asyncio.Future] = []
+        self.subscribers: dict[str, Any] = {}
+        self.publishers: list[Any] = []
+
+    def endpoint(self, path: str) -> Any:
+        if path not in self.endpoints:
+            self.endpoints[path] = self.drt.endpoint(path)
+        return self.endpoints[path]
+
+    async def client(self, path: str) -> Any:
+        if path not in self.clients:
+            self.clients[path] = await self.endpoint(path).client()
+        return self.clients[path]
+
+    # -- commands ---------------------------------------------------------------------------------
+    async def cmd_serve(self, endpoint: str) -> dict:
+        ep = self.endpoint(endpoint)
+        self.serving.append(asyncio.ensure_future(ep.serve_endpoint(handler)))
+        return {"instance_id": ep.connection_id()}
+
+    async def cmd_ids(self, endpoint: str) -> dict:
+        return {"ids": sorted((await self.client(endpoint)).instance_ids())}
+
+    async def cmd_instances(self, endpoint: str) -> dict:
+        found = []
+        for instance in (await self.client(endpoint)).instances():
+            found.append(
+                {
+                    "instance_id": instance.instance_id,
+                    "transport": [str(instance.transport.kind), instance.transport.address],
+                    "device_type": instance.device_type,
+                }
+            )
+        return {"instances": found}
+
+    async def cmd_wait_ids(self, endpoint: str, present: list[int] = (), absent: list[int] = (), timeout: float = 5.0):
+        """Poll the Rust client's view every 0.2 ms until the ids are present/absent."""
+        client = await self.client(endpoint)
+        deadline = time.monotonic() + timeout
+        while True:
+            ids = set(client.instance_ids())
+            if set(present) <= ids and not (set(absent) & ids):
+                return {"seen": True, "at_ns": time.monotonic_ns(), "ids": sorted(ids)}
+            if time.monotonic() > deadline:
+                return {"seen": False, "ids": sorted(ids)}
+            await asyncio.sleep(0.0002)
+
+    async def cmd_register_instance(self, endpoint: str) -> dict:
+        started = time.monotonic_ns()
+        await self.endpoint(endpoint).register_endpoint_instance()
+        return {"started_ns": started}
+
+    async def cmd_unregister_instance(self, endpoint: str) -> dict:
+        await self.endpoint(endpoint).unregister_endpoint_instance()
+        return {}
+
+    async def cmd_register_model(
+        self, endpoint: str, path: str, name: str, taints: list[str] = (), topology: dict | None = None
+    ) -> dict:
+        config = ModelRuntimeConfig()
+        if taints:
+            config.taints = set(taints)
+        if topology:
+            config.topology_domains = topology
+        await register_model(
+            ModelInput.Tokens,
+            ModelType.Chat,
+            self.endpoint(endpoint),
+            path,
+            name,
+            worker_type=WorkerType.Aggregated,
+            runtime_config=config,
+        )
+        return {}
+
+    async def cmd_update_taints(self, endpoint: str, taints: list[str]) -> dict:
+        await update_model_taints(self.endpoint(endpoint), set(taints))
+        return {}
+
+    async def cmd_model_cards(self, endpoint: str) -> dict:
+        """Model cards of the endpoint's component as the runtime's own MDC watch sees them."""
+        if endpoint not in self.subscribers:
+            subscriber = FpmEventSubscriber(self.endpoint(endpoint))
+            subscriber.start_tracking()
+            self.subscribers[endpoint] = subscriber
+            await asyncio.sleep(0.2)  # its discovery watch starts in the background
+        cards = self.subscribers[endpoint].get_model_cards()
+        return {"cards": {str(k): json.loads(v) for k, v in cards.items()}}
+
+    async def cmd_kv_publisher(self, endpoint: str) -> dict:
+        self.publishers.append(KvEventPublisher(self.endpoint(endpoint), kv_block_size=16))
+        return {}
+
+    async def cmd_shutdown(self) -> dict:
+        self.drt.shutdown()
+        return {}
+
+
+async def main() -> None:
+    peer = Peer(sys.argv[1])
+    loop = asyncio.get_running_loop()
+    while True:
+        line = await loop.run_in_executor(None, sys.stdin.readline)
+        if not line:
+            break
+        request = json.loads(line)
+        name = request.pop("cmd")
+        try:
+            reply = {"ok": True, **(await getattr(peer, f"cmd_{name}")(**request))}
+        except Exception as exc:  # reported to the driver, which fails the test
+            reply = {"error": f"{type(exc).__name__}: {exc}"}
+        sys.stdout.write(json.dumps(reply) + "\n")
+        sys.stdout.flush()
+        if name == "shutdown":
+            break
+    for future in peer.serving:
+        future.cancel()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
