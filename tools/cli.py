@@ -133,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--events", type=int, default=1000, help="register->watch deliveries to time")
     bench.add_argument("--records", type=int, default=10000, help="records for the list and rescan timings")
     bench.add_argument("--dir", help="directory for the benchmark stores (default: a temporary one)")
+    bench.add_argument("--interop", action="store_true", help="measure against reference-runtime workers instead")
     bench.set_defaults(func=cmd_bench)
     return parser
 

@@ -26,7 +26,8 @@ def write_record(directory: Path, name: str, data: bytes, *, create_only: bool) 
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
-            os.fsync(fd)
+            # no fsync, as the reference: records are leased and die with a crashed host anyway;
+            # readers never see partial content because the file is complete before it is linked
         finally:
             os.close(fd)
         target = directory / name

@@ -4,8 +4,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-
-from tests.interop.harness import RustPeer
+from discovery_sync.tools.reference import RustPeer
 
 
 @pytest.fixture

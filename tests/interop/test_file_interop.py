@@ -128,13 +128,17 @@ def test_a_rust_event_publisher_is_found_by_scope_and_topic(client, rust_peer):
     peer = rust_peer()
     rust_id = peer.call("serve", endpoint=ENDPOINT)["instance_id"]
     scope = ds.EventScope.for_endpoint(ds.EndpointId("pyns", "backend", "generate"))
-    with client.list_and_watch(ds.Query.event_channels(scope, "kv-events")) as watch:
-        next_event(watch)
+    channels = client.list_and_watch(ds.Query.event_channels(scope, "kv-events"))
+    sources = client.list_and_watch(ds.Query.event_sources(scope, "kv-events"))
+    with channels, sources:
+        next_event(channels)
+        next_event(sources)
         peer.call("kv_publisher", endpoint=ENDPOINT)
-        channel = wait_added(watch)
+        channel = wait_added(channels)
+        source = wait_added(sources)  # the publisher writes its channel and its source separately
     assert channel.scope == scope and channel.topic == "kv-events"
     assert channel.transport.kind() is ds.EventTransportKind.ZMQ
     assert channel.transport.address().startswith("tcp://127.0.0.1:")
-    sources = client.list(ds.Query.event_sources(scope, "kv-events"))
-    assert [s.publisher_id for s in sources] == [channel.instance_id]
-    assert sources[0].metadata["worker"]["worker_id"] == rust_id
+    assert source.publisher_id == channel.instance_id
+    assert source.metadata["worker"]["worker_id"] == rust_id
+    assert client.list(ds.Query.event_channels(scope, "kv-events")) == [channel]

@@ -1,6 +1,7 @@
 """A reference-runtime (ai-dynamo-runtime) process driven by JSON commands, one per line.
 
-Run by ``harness.RustPeer``; it reads ``{"cmd": ..., ...}`` lines from stdin and answers each with
+Run by ``discovery_sync.tools.reference.RustPeer``; it reads ``{"cmd": ..., ...}`` lines from stdin and
+answers each with
 one JSON line (``{"ok": true, ...}`` or ``{"error": "..."}``). Everything discovery-related is
 the real Rust code of the wheel: this file only translates commands into its Python API.
 """
@@ -84,7 +85,7 @@ class Peer:
     async def cmd_register_instance(self, endpoint: str) -> dict:
         started = time.monotonic_ns()
         await self.endpoint(endpoint).register_endpoint_instance()
-        return {"started_ns": started}
+        return {"started_ns": started, "took_ns": time.monotonic_ns() - started}
 
     async def cmd_unregister_instance(self, endpoint: str) -> dict:
         await self.endpoint(endpoint).unregister_endpoint_instance()

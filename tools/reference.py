@@ -1,4 +1,6 @@
-"""Run reference-runtime processes (rust_peer.py) as real peers of discovery-sync clients.
+"""Run reference-runtime processes (reference_peer.py) as real peers of discovery-sync clients.
+
+Used by the interop tests and by ``discovery-sync bench --interop``; needs ``ai-dynamo-runtime``.
 
 Every peer binds loopback only (``DYN_TCP_RPC_HOST``/``DYN_EVENT_PLANE_HOST``). Peers of the
 file backend need no network at all and run in a network namespace of their own with only a
@@ -10,16 +12,14 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import shutil
 import subprocess
 import sys
 import threading
 from collections import deque
-from pathlib import Path
 from typing import Any
 
-PEER_SCRIPT = Path(__file__).with_name("rust_peer.py")
-REPO = Path(__file__).resolve().parents[2]
 REPLY_TIMEOUT = 60.0
 
 
@@ -54,17 +54,24 @@ class RustPeer:
         }
         prefix = loopback_namespace_prefix() if isolate else []
         self.process = subprocess.Popen(
-            [*prefix, sys.executable, str(PEER_SCRIPT), backend],
+            [*prefix, sys.executable, "-m", "discovery_sync.tools.reference_peer", backend],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
             env=full_env,
-            cwd=REPO,
         )
         self._stderr: deque[str] = deque(maxlen=200)
-        threading.Thread(target=self._drain_stderr, name="rust-peer-stderr", daemon=True).start()
+        self._replies: queue.Queue[str] = queue.Queue()
+        pid = self.process.pid
+        threading.Thread(target=self._drain_stderr, name=f"reference-peer-{pid}-stderr", daemon=True).start()
+        threading.Thread(target=self._read_replies, name=f"reference-peer-{pid}-stdout", daemon=True).start()
         self.isolated = bool(prefix)
+
+    def _read_replies(self) -> None:
+        for line in self.process.stdout:
+            self._replies.put(line)
+        self._replies.put("")  # the peer exited
 
     def _drain_stderr(self) -> None:
         for line in self.process.stderr:
@@ -72,15 +79,22 @@ class RustPeer:
 
     def call(self, cmd: str, **args: Any) -> dict[str, Any]:
         """Send one command and wait for its reply; raise PeerError on an error reply."""
+        self.send(cmd, **args)
+        return self.receive(cmd)
+
+    def send(self, cmd: str, **args: Any) -> None:
+        """Send a command without waiting; collect its reply with :meth:`receive`."""
         self.process.stdin.write(json.dumps({"cmd": cmd, **args}) + "\n")
         self.process.stdin.flush()
-        reply_box: list[str] = []
-        reader = threading.Thread(target=lambda: reply_box.append(self.process.stdout.readline()), daemon=True)
-        reader.start()
-        reader.join(REPLY_TIMEOUT)
-        if not reply_box or not reply_box[0]:
+
+    def receive(self, cmd: str = "command") -> dict[str, Any]:
+        try:
+            line = self._replies.get(timeout=REPLY_TIMEOUT)
+        except queue.Empty:
+            line = ""
+        if not line:
             raise PeerError(f"the reference peer did not answer {cmd!r}; its log:\n" + self.log())
-        reply = json.loads(reply_box[0])
+        reply = json.loads(line)
         if "error" in reply:
             raise PeerError(f"{cmd} failed in the reference peer: {reply['error']}\n{self.log()}")
         return reply
