@@ -28,8 +28,21 @@ from .validation import require, require_object
 REQUEST_PLANE_CODECS = ("json", "msgpack")
 
 
+class _ServedOnEndpoint:
+    """Records that belong to one request-plane endpoint (endpoints and model cards)."""
+
+    __slots__ = ()
+    namespace: str
+    component: str
+    endpoint: str
+
+    @property
+    def endpoint_id(self) -> EndpointId:
+        return EndpointId(self.namespace, self.component, self.endpoint)
+
+
 @dataclass(frozen=True, slots=True)
-class Endpoint:
+class Endpoint(_ServedOnEndpoint):
     """A request-plane endpoint served by one worker instance."""
 
     namespace: str
@@ -56,10 +69,6 @@ class Endpoint:
 
     def id(self) -> EndpointInstanceId:
         return self._id
-
-    @property
-    def endpoint_id(self) -> EndpointId:
-        return EndpointId(self.namespace, self.component, self.endpoint)
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -90,7 +99,7 @@ class Endpoint:
 
 
 @dataclass(frozen=True, slots=True)
-class Model:
+class Model(_ServedOnEndpoint):
     """A model deployment card served on an endpoint; ``card_json`` is the card itself."""
 
     namespace: str
@@ -113,10 +122,6 @@ class Model:
 
     def id(self) -> ModelCardInstanceId:
         return self._id
-
-    @property
-    def endpoint_id(self) -> EndpointId:
-        return EndpointId(self.namespace, self.component, self.endpoint)
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
