@@ -36,26 +36,33 @@ class StoreRig:
             client.shutdown()
 
 
-def _memory_rig(tmp_path: Path) -> StoreRig:
+def _memory_rig(request: pytest.FixtureRequest, tmp_path: Path) -> StoreRig:
     registry = f"contract-{uuid.uuid4().hex}"
     return StoreRig("memory", lambda: ds.connect(f"memory://{registry}"), quiet_period=0.2)
 
 
-def _file_rig(tmp_path: Path, observer: str) -> StoreRig:
+def _file_rig(request: pytest.FixtureRequest, tmp_path: Path, observer: str) -> StoreRig:
     url = f"file://{tmp_path / 'store'}?observer={observer}&ttl=5&rescan_interval=0.2&poll_interval=0.1"
     return StoreRig(f"file-{observer}", lambda: ds.connect(url), quiet_period=0.6)
 
 
-RIGS: dict[str, Callable[[Path], StoreRig]] = {
+def _etcd_rig(request: pytest.FixtureRequest, tmp_path: Path) -> StoreRig:
+    server = request.getfixturevalue("etcd_server")
+    url = f"etcd://127.0.0.1:{server.client_port}/contract-{uuid.uuid4().hex}?ttl=5"
+    return StoreRig("etcd", lambda: ds.connect(url), quiet_period=0.3)
+
+
+RIGS: dict[str, Callable[[pytest.FixtureRequest, Path], StoreRig]] = {
     "memory": _memory_rig,
-    "file": lambda tmp: _file_rig(tmp, "inotify"),
-    "file-polling": lambda tmp: _file_rig(tmp, "polling"),
+    "file": lambda request, tmp: _file_rig(request, tmp, "inotify"),
+    "file-polling": lambda request, tmp: _file_rig(request, tmp, "polling"),
+    "etcd": _etcd_rig,
 }
 
 
 @pytest.fixture(params=sorted(RIGS))
 def rig(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreRig]:
-    store = RIGS[request.param](tmp_path)
+    store = RIGS[request.param](request, tmp_path)
     try:
         yield store
     finally:

@@ -1,0 +1,144 @@
+"""The etcd backend: records under one key prefix, each attached to the client's lease."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from discovery_sync.discovery import Discovery
+from discovery_sync.errors import BackendUnavailable, ValidationError
+from discovery_sync.identity import DiscoveryInstanceId
+from discovery_sync.model import DiscoveryInstance, Model, instance_from_json, instance_to_json
+from discovery_sync.queries import Query
+from discovery_sync.watch import WatchFeed
+
+from .gateway import EtcdGateway, KeyValue
+from .keys import KeyLayout
+from .lease import LeaseKeeper
+from .watcher import FeedWatcher
+
+log = logging.getLogger("discovery_sync.backends.etcd")
+
+
+class EtcdDiscovery(Discovery):
+    """Discovery on etcd v3 (JSON gateway). The instance id is the client's lease id.
+
+    :param endpoints: ``http(s)://host:port`` URLs, tried in order with fail-over.
+    :param prefix: a root key prefix (default none: the reference's keys exactly).
+    :param ttl: the lease TTL in seconds.
+    :param startup_timeout: how long to keep trying to reach etcd at start (backoff 1 s to 30 s).
+    """
+
+    backend_name = "etcd"
+
+    def __init__(
+        self,
+        endpoints: list[str],
+        *,
+        prefix: str = "",
+        ttl: int = 10,
+        username: str | None = None,
+        password: str | None = None,
+        verify: str | bool = True,
+        cert: tuple[str, str] | None = None,
+        startup_timeout: float = 120.0,
+        watch_read_timeout: float = 60.0,
+    ) -> None:
+        super().__init__()
+        if ttl < 1:
+            raise ValidationError(f"the etcd lease TTL must be at least 1 s, got {ttl}")
+        self.gateway = EtcdGateway(endpoints, username=username, password=password, verify=verify, cert=cert)
+        self.keys = KeyLayout(prefix)
+        self.watch_read_timeout = watch_read_timeout
+        self._create_revisions: dict[DiscoveryInstanceId, int] = {}
+        self._watchers: list[FeedWatcher] = []
+        self._lease = self._grant_with_retries(ttl, startup_timeout)
+        self._lease.start()
+
+    def _grant_with_retries(self, ttl: int, timeout: float) -> LeaseKeeper:
+        deadline, delay = time.monotonic() + timeout, 1.0
+        while True:
+            try:
+                return LeaseKeeper(self.gateway, ttl, self._rewrite_owned)
+            except BackendUnavailable as exc:
+                if time.monotonic() + delay > deadline:
+                    raise BackendUnavailable(f"{exc} (gave up after {timeout:g} s)") from exc
+                log.warning("etcd is not reachable yet (%s); retrying in %.0f s", exc, delay)
+                time.sleep(delay)  # start-up backoff: nothing to wait on but time
+                delay = min(delay * 2, 30.0)
+
+    @property
+    def instance_id(self) -> int:
+        return self._lease.lease_id
+
+    def status(self) -> dict[str, Any]:
+        """The lease: id, TTL, how often it was lost and re-granted, connectivity."""
+        return self._lease.status()
+
+    # -- storage primitives -------------------------------------------------------------------------
+    def _get(self, instance_id: DiscoveryInstanceId) -> DiscoveryInstance | None:
+        kvs, _ = self.gateway.range(self.keys.key(instance_id))
+        return self._parse(kvs[0]) if kvs else None
+
+    def _create(self, instance: DiscoveryInstance) -> DiscoveryInstance | None:
+        created, existing = self.gateway.create(
+            self.keys.key(instance.id()), instance_to_json(instance), self._lease.lease_id
+        )
+        if created:
+            return None
+        return self._parse(existing) if existing is not None else None
+
+    def _replace(self, instance: DiscoveryInstance) -> None:
+        self.gateway.put(self.keys.key(instance.id()), instance_to_json(instance), self._lease.lease_id)
+
+    def _delete(self, instance_id: DiscoveryInstanceId) -> None:
+        self.gateway.delete(self.keys.key(instance_id))
+
+    def _list(self, query: Query) -> list[DiscoveryInstance]:
+        kvs, _ = self.gateway.range(*self.keys.query_range(query))
+        found = []
+        for kv in kvs:
+            instance = self._parse(kv)
+            if instance is not None:
+                found.append(instance)
+                if isinstance(instance, Model):
+                    self._create_revisions[instance.id()] = kv.create_revision
+        return found
+
+    def _loses_conflict(self, model: Model, conflict: Model) -> bool:
+        # the earlier create revision wins: of two racing writers exactly one rolls back
+        ours = self._create_revisions.get(model.id())
+        theirs = self._create_revisions.get(conflict.id())
+        return ours is None or theirs is None or theirs < ours
+
+    def _parse(self, kv: KeyValue) -> DiscoveryInstance | None:
+        try:
+            return instance_from_json(kv.value)
+        except ValidationError as exc:
+            log.warning("skipping unreadable record %s: %s", kv.key.decode("utf-8", "replace"), exc)
+            return None
+
+    def _open_feed(self, feed: WatchFeed) -> None:
+        watcher = FeedWatcher(self.gateway, self.keys, feed, read_timeout=self.watch_read_timeout)
+        watcher.start()
+        self._watchers.append(watcher)
+
+    def _probe(self) -> None:
+        self.gateway.range(*self.keys.everything(), limit=1)
+
+    def _rewrite_owned(self) -> None:
+        with self._api_lock:
+            for instance in self._owned.values():
+                self.gateway.put(self.keys.key(instance.id()), instance_to_json(instance), self._lease.lease_id)
+
+    def _close(self) -> None:
+        self._lease.stop()
+        for watcher in self._watchers:
+            watcher.feed._close()
+        self._watchers.clear()
+        try:
+            self.gateway.lease_revoke(self._lease.lease_id)
+        except BackendUnavailable as exc:
+            log.warning("could not revoke lease %x (its records expire with it): %s", self._lease.lease_id, exc)
+        self.gateway.session.close()
