@@ -18,7 +18,7 @@ from typing import Any
 from .errors import ClientClosed, ConflictError, DiscoveryError, NotFoundError, ValidationError
 from .identity import DiscoveryInstanceId, ModelCardInstanceId, RecordKind
 from .model import DiscoveryInstance, EventSource, Model
-from .model_cards import check_replay, conflict_error, find_conflict
+from .model_cards import check_replay, conflict_error, find_conflict, find_conflicts
 from .queries import Query
 from .reconcile import ordered
 from .specs import DiscoverySpec, EndpointSpec, EventChannelSpec, EventSourceSpec, ModelSpec
@@ -110,8 +110,11 @@ class Discovery(abc.ABC):
             if existing is not None:  # written by someone else between _get and _create
                 check_replay(existing, model)
                 return existing
-            conflict = find_conflict(model, self._list(endpoint_models))
-            if conflict is not None and self._loses_conflict(model, conflict):
+            # a write that races ours may be seen here; every conflicting model gets a say
+            conflict = next(
+                (c for c in find_conflicts(model, self._list(endpoint_models)) if self._loses_conflict(model, c)), None
+            )
+            if conflict is not None:
                 try:
                     self._delete(model.id())
                 except Exception as exc:

@@ -47,9 +47,10 @@ class ModelIdentity:
         return self.display_name == other.display_name
 
 
-def find_conflict(candidate: Model, stored: Iterable[Model]) -> Model | None:
-    """The first stored model on the candidate's endpoint that serves a different model."""
+def find_conflicts(candidate: Model, stored: Iterable[Model]) -> list[Model]:
+    """The stored models on the candidate's endpoint that serve a different model."""
     identity = ModelIdentity.of(candidate)
+    conflicts = []
     for other in stored:
         if other.id() == candidate.id() or other.endpoint_id != candidate.endpoint_id:
             continue
@@ -58,8 +59,14 @@ def find_conflict(candidate: Model, stored: Iterable[Model]) -> Model | None:
         except ValidationError:
             continue  # a malformed card of another writer does not block this endpoint
         if not identity.compatible_with(other_identity):
-            return other
-    return None
+            conflicts.append(other)
+    return conflicts
+
+
+def find_conflict(candidate: Model, stored: Iterable[Model]) -> Model | None:
+    """The first stored model on the candidate's endpoint that serves a different model."""
+    conflicts = find_conflicts(candidate, stored)
+    return conflicts[0] if conflicts else None
 
 
 def conflict_error(candidate: Model, other: Model) -> ConflictError:

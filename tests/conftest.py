@@ -5,6 +5,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.etcd_server import EtcdServer
+from tests.peer import Peer
 
 
 @pytest.fixture(scope="session")
@@ -16,3 +17,13 @@ def etcd_server() -> Iterator[EtcdServer]:
         yield server
     finally:
         server.close()
+
+
+@pytest.fixture
+def peers() -> Iterator[list[Peer]]:
+    """Peer processes started by a test; any still running are killed at teardown."""
+    started: list[Peer] = []
+    yield started
+    for peer in started:
+        if peer.process.poll() is None:
+            peer.kill()

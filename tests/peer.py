@@ -10,11 +10,40 @@ with ``--exit`` it shuts down cleanly right after printing.
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
+from pathlib import Path
 
 import orjson
 
 import discovery_sync as ds
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class Peer:
+    """A peer process (see peer.py); ``info`` is what it printed once its records were stored."""
+
+    def __init__(self, url: str, count: int, *extra: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, __file__, url, str(count), *extra],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            cwd=REPO,
+        )
+        line = self.process.stdout.readline()
+        if not line:
+            self.process.wait(10)
+            raise RuntimeError(f"peer exited with {self.process.returncode} before registering")
+        self.info = orjson.loads(line)
+
+    def kill(self) -> None:
+        self.process.kill()  # SIGKILL: no cleanup of any kind
+        self.process.wait(10)
+
+    def stop(self) -> int:
+        self.process.stdin.close()
+        return self.process.wait(30)
 
 
 def main() -> None:

@@ -1,0 +1,77 @@
+"""A loopback TCP proxy that can cut every connection: a network fault between a client and a
+real server, without touching either of them."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+
+
+class TcpProxy:
+    def __init__(self, target_port: int) -> None:
+        self.target = ("127.0.0.1", target_port)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._lock = threading.Lock()
+        self._sockets: set[socket.socket] = set()
+        self._open = True
+        self._closed = False
+        threading.Thread(target=self._accept, name=f"tcp-proxy-{self.port}", daemon=True).start()
+
+    def cut(self) -> None:
+        """Drop every connection and refuse new ones until :meth:`restore`."""
+        with self._lock:
+            self._open = False
+            doomed, self._sockets = self._sockets, set()
+        for sock in doomed:
+            _close(sock)
+
+    def restore(self) -> None:
+        with self._lock:
+            self._open = True
+
+    def close(self) -> None:
+        self._closed = True
+        self.cut()
+        _close(self._listener)
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            with self._lock:
+                if not self._open:
+                    _close(client)
+                    continue
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                _close(client)
+                continue
+            upstream.settimeout(None)
+            with self._lock:
+                self._sockets |= {client, upstream}
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(
+                    target=self._pump, args=(source, sink), name=f"tcp-proxy-{self.port}-pump", daemon=True
+                ).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            _close(source)
+            _close(sink)
+
+
+def _close(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+    with contextlib.suppress(OSError):
+        sock.close()
