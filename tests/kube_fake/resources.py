@@ -1,0 +1,162 @@
+"""The resource types the fake serves, and the API discovery documents that describe them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
+CUSTOM_GROUP = "nvidia.com"
+CUSTOM_VERSION = "v1alpha1"
+
+
+@dataclass(frozen=True)
+class ResourceType:
+    """One namespaced REST resource: where it lives in the URL space and how it behaves."""
+
+    group: str  # "" for the core group
+    version: str
+    plural: str
+    singular: str
+    kind: str
+    short_names: tuple[str, ...] = ()
+    custom: bool = False  # a CRD-backed resource: no unconditional PUT, strict validation of spec.data
+    status_subresource: bool = False  # status changes do not bump metadata.generation
+    field_selectors: tuple[str, ...] = ("metadata.name", "metadata.namespace")
+
+    @property
+    def api_version(self) -> str:
+        """``v1`` for core, ``group/version`` otherwise."""
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def qualified(self) -> str:
+        """The name used in error messages: ``pods``, ``dynamoworkermetadatas.nvidia.com``."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+    @property
+    def list_kind(self) -> str:
+        return f"{self.kind}List"
+
+    def names(self) -> set[str]:
+        """Every spelling a test may use to name this resource."""
+        return {self.plural, self.singular, self.kind.lower(), self.qualified, *self.short_names}
+
+
+PODS = ResourceType(
+    group="",
+    version="v1",
+    plural="pods",
+    singular="pod",
+    kind="Pod",
+    short_names=("po",),
+    status_subresource=True,
+    field_selectors=("metadata.name", "metadata.namespace", "spec.nodeName", "status.phase", "status.podIP"),
+)
+ENDPOINT_SLICES = ResourceType(
+    group="discovery.k8s.io",
+    version="v1",
+    plural="endpointslices",
+    singular="endpointslice",
+    kind="EndpointSlice",
+    field_selectors=("metadata.name", "metadata.namespace", "addressType"),
+)
+WORKER_METADATA = ResourceType(
+    group=CUSTOM_GROUP,
+    version=CUSTOM_VERSION,
+    plural="dynamoworkermetadatas",
+    singular="dynamoworkermetadata",
+    kind="DynamoWorkerMetadata",
+    short_names=("dwm",),
+    custom=True,
+)
+ALL_RESOURCES = (PODS, ENDPOINT_SLICES, WORKER_METADATA)
+
+
+def find_resource(group: str, version: str, plural: str) -> ResourceType | None:
+    """The resource served at ``/api[s]/{group}/{version}/.../{plural}``, if any."""
+    for rt in ALL_RESOURCES:
+        if (rt.group, rt.version, rt.plural) == (group, version, plural):
+            return rt
+    return None
+
+
+def resolve_resource(name: str | ResourceType) -> ResourceType:
+    """Accept a :class:`ResourceType` or any of its names (plural, singular, kind, short name)."""
+    if isinstance(name, ResourceType):
+        return name
+    wanted = name.lower()
+    for rt in ALL_RESOURCES:
+        if wanted in rt.names():
+            return rt
+    raise KeyError(f"unknown resource {name!r}; known: {[rt.plural for rt in ALL_RESOURCES]}")
+
+
+def version_info() -> dict:
+    """``GET /version``."""
+    return {
+        "major": "1",
+        "minor": "31",
+        "gitVersion": "v1.31.0-kube-fake",
+        "gitCommit": "0000000000000000000000000000000000000000",
+        "gitTreeState": "clean",
+        "buildDate": "2024-08-13T00:00:00Z",
+        "goVersion": "go1.22.5",
+        "compiler": "gc",
+        "platform": "linux/amd64",
+    }
+
+
+def api_versions(server_address: str) -> dict:
+    """``GET /api``: the core group's versions."""
+    return {
+        "kind": "APIVersions",
+        "versions": ["v1"],
+        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}],
+    }
+
+
+def _groups(crd_installed: bool) -> list[str]:
+    groups = [rt.group for rt in ALL_RESOURCES if rt.group and (crd_installed or not rt.custom)]
+    return list(dict.fromkeys(groups))
+
+
+def api_group(group: str) -> dict:
+    """``GET /apis/{group}``: one group with its single served version."""
+    version = next(rt.version for rt in ALL_RESOURCES if rt.group == group)
+    entry = {"groupVersion": f"{group}/{version}", "version": version}
+    return {"kind": "APIGroup", "apiVersion": "v1", "name": group, "versions": [entry], "preferredVersion": entry}
+
+
+def api_group_list(crd_installed: bool) -> dict:
+    """``GET /apis``: every named group (the custom one only while its CRD is installed)."""
+    groups = []
+    for group in _groups(crd_installed):
+        doc = api_group(group)
+        del doc["kind"], doc["apiVersion"]
+        groups.append(doc)
+    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
+
+
+def known_group(group: str, crd_installed: bool) -> bool:
+    return group in _groups(crd_installed)
+
+
+def api_resource_list(group: str, version: str) -> dict | None:
+    """``GET /api/v1`` or ``GET /apis/{group}/{version}``; None when nothing is served there."""
+    resources = [
+        {
+            "name": rt.plural,
+            "singularName": rt.singular,
+            "namespaced": True,
+            "kind": rt.kind,
+            "verbs": list(VERBS),
+            **({"shortNames": list(rt.short_names)} if rt.short_names else {}),
+            "storageVersionHash": "kube-fake",
+        }
+        for rt in ALL_RESOURCES
+        if (rt.group, rt.version) == (group, version)
+    ]
+    if not resources:
+        return None
+    group_version = f"{group}/{version}" if group else version
+    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}

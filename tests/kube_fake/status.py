@@ -1,0 +1,139 @@
+"""Kubernetes ``Status`` failures: one exception type and constructors for the reasons the fake uses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .resources import ResourceType
+
+REASONS = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    409: "Conflict",
+    410: "Expired",
+    415: "UnsupportedMediaType",
+    422: "Invalid",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+    504: "Timeout",
+}
+
+
+class ApiError(Exception):
+    """A request failure the server reports as a ``Status`` object with HTTP code ``code``."""
+
+    def __init__(self, code: int, message: str, reason: str | None = None, details: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.reason = reason or REASONS.get(code, "Unknown")
+        self.details = details
+
+    def to_status(self) -> dict[str, Any]:
+        """The ``Status`` body, as the API server sends it."""
+        status: dict[str, Any] = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        }
+        if self.details is not None:
+            status["details"] = self.details
+        return status
+
+
+def _details(rt: ResourceType, name: str, **extra: Any) -> dict[str, Any]:
+    details: dict[str, Any] = {"name": name, "kind": rt.plural, **extra}
+    if rt.group:
+        details["group"] = rt.group
+    return details
+
+
+def not_found(rt: ResourceType, name: str) -> ApiError:
+    return ApiError(404, f'{rt.qualified} "{name}" not found', details=_details(rt, name))
+
+
+def path_not_found() -> ApiError:
+    return ApiError(404, "the server could not find the requested resource", details={})
+
+
+def already_exists(rt: ResourceType, name: str) -> ApiError:
+    return ApiError(409, f'{rt.qualified} "{name}" already exists', "AlreadyExists", _details(rt, name))
+
+
+def stale(rt: ResourceType, name: str, why: str = "the object has been modified") -> ApiError:
+    message = (
+        f'Operation cannot be fulfilled on {rt.qualified} "{name}": {why}; '
+        "please apply your changes to the latest version and try again"
+    )
+    return ApiError(409, message, "Conflict", _details(rt, name))
+
+
+def precondition_failed(rt: ResourceType, name: str, message: str) -> ApiError:
+    return ApiError(409, f'Operation cannot be fulfilled on {rt.qualified} "{name}": {message}', "Conflict")
+
+
+def apply_conflict(rt: ResourceType, name: str, conflicts: list[tuple[str, str, str]]) -> ApiError:
+    """``conflicts``: (manager, apiVersion, field path such as ``.spec.data``)."""
+    causes = [
+        {"reason": "FieldManagerConflict", "message": f'conflict with "{m}" using {v}', "field": f}
+        for m, v, f in conflicts
+    ]
+    noun = "conflict" if len(conflicts) == 1 else "conflicts"
+    listed = "; ".join(f"{c['message']}: {c['field']}" for c in causes)
+    message = f"Apply failed with {len(conflicts)} {noun}: {listed}"
+    return ApiError(409, message, "Conflict", _details(rt, name, causes=causes))
+
+
+def invalid(rt: ResourceType, name: str, causes: list[tuple[str, str, str]]) -> ApiError:
+    """``causes``: (reason such as FieldValueRequired, field path, message)."""
+    text = ", ".join(f"{field}: {msg}" for _, field, msg in causes)
+    group = f".{rt.group}" if rt.group else ""
+    details = {
+        "name": name,
+        "kind": rt.kind,
+        **({"group": rt.group} if rt.group else {}),
+        "causes": [{"reason": r, "field": f, "message": m} for r, f, m in causes],
+    }
+    return ApiError(422, f'{rt.kind}{group} "{name}" is invalid: {text}', "Invalid", details)
+
+
+def invalid_options(kind: str, field: str, message: str, reason: str = "FieldValueRequired") -> ApiError:
+    """An invalid query option, e.g. ``PatchOptions`` without ``fieldManager`` on apply."""
+    causes = [{"reason": reason, "field": field, "message": message}]
+    details = {"group": "meta.k8s.io", "kind": kind, "causes": causes}
+    return ApiError(422, f'{kind}.meta.k8s.io "" is invalid: {field}: {message}', "Invalid", details)
+
+
+def forbidden(rt: ResourceType, verb: str, namespace: str | None, name: str | None) -> ApiError:
+    subject = f'{rt.qualified} "{name}"' if name else rt.qualified
+    group = f'"{rt.group}"' if rt.group else '""'
+    where = f' in the namespace "{namespace}"' if namespace else " at the cluster scope"
+    message = (
+        f'{subject} is forbidden: User "system:serviceaccount:default:default" cannot {verb} '
+        f'resource "{rt.plural}" in API group {group}{where}'
+    )
+    return ApiError(403, message, "Forbidden", _details(rt, name or ""))
+
+
+def expired(message: str) -> ApiError:
+    return ApiError(410, message, "Expired")
+
+
+def bad_request(message: str) -> ApiError:
+    return ApiError(400, message, "BadRequest")
+
+
+def unsupported_media_type(content_type: str, accepted: list[str]) -> ApiError:
+    message = (
+        f"the body of the request was in an unknown format ({content_type or 'none'}) - "
+        f"accepted media types include: {', '.join(accepted)}"
+    )
+    return ApiError(415, message, "UnsupportedMediaType")

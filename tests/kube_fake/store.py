@@ -1,0 +1,490 @@
+"""The object store: one global resourceVersion, bounded change history, watchers, pagination, GC.
+
+Stored objects are never mutated after they are committed (every write stores a fresh dict), so
+references handed to watchers and list pages stay valid snapshots.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import copy
+import json
+import re
+import secrets
+import threading
+import uuid
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from typing import Any
+
+from . import status as st
+from .apply import ApplyConflict, dotted, merge_patch, record_update, server_side_apply
+from .objects import now
+from .resources import ALL_RESOURCES, ResourceType
+from .selectors import Selection
+from .watch import INITIAL_EVENTS_END, Change, Watcher, bookmark
+
+Key = tuple[str, str]  # (namespace, name)
+Hook = Callable[[Change], None]
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_SNAPSHOTS_KEPT = 64
+_TOKEN_VERSION = "kube-fake/v1"
+
+
+def _meta(obj: dict[str, Any]) -> dict[str, Any]:
+    return obj.get("metadata") or {}
+
+
+def _content(rt: ResourceType, obj: dict[str, Any] | None) -> dict[str, Any]:
+    """What metadata.generation tracks: everything but metadata (and status with a status subresource)."""
+    skip = {"apiVersion", "kind", "metadata"} | ({"status"} if rt.status_subresource else set())
+    return {k: v for k, v in (obj or {}).items() if k not in skip}
+
+
+def _comparable(obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` without resourceVersion and managedFields timestamps (a write that only changes those is a no-op)."""
+    out = copy.deepcopy(obj)
+    meta = out.get("metadata") or {}
+    meta.pop("resourceVersion", None)
+    for entry in meta.get("managedFields") or []:
+        entry.pop("time", None)
+    return out
+
+
+def validate_name(rt: ResourceType, name: str | None) -> None:
+    """422 unless ``name`` is a DNS-1123 subdomain."""
+    if not name:
+        raise st.invalid(
+            rt, "", [("FieldValueRequired", "metadata.name", "Required value: name or generateName is required")]
+        )
+    if len(name) > 253 or not _NAME.match(name):
+        message = (
+            f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric '
+            "characters, '-' or '.', and must start and end with an alphanumeric character"
+        )
+        raise st.invalid(rt, name, [("FieldValueInvalid", "metadata.name", message)])
+
+
+def validate_custom(rt: ResourceType, obj: dict[str, Any]) -> None:
+    """The DynamoWorkerMetadata schema: ``spec`` an object whose ``data`` is a required object."""
+    if not rt.custom or "spec" not in obj:
+        return
+    name = _meta(obj).get("name", "")
+    spec = obj["spec"]
+    if not isinstance(spec, dict):
+        raise st.invalid(
+            rt, name, [("FieldValueTypeInvalid", "spec", f'Invalid value: "{spec!r}": must be of type object')]
+        )
+    if "data" not in spec:
+        raise st.invalid(rt, name, [("FieldValueRequired", "spec.data", "Required value")])
+    data = spec["data"]
+    if not isinstance(data, dict):
+        kind = "null" if data is None else type(data).__name__
+        message = f'Invalid value: "{kind}": spec.data in body must be of type object: "{kind}"'
+        raise st.invalid(rt, name, [("FieldValueTypeInvalid", "spec.data", message)])
+
+
+def _uid_mismatch(rt: ResourceType, name: str, wanted: str, old: dict[str, Any]) -> st.ApiError:
+    message = f"Precondition failed: UID in precondition: {wanted}, UID in object meta: {old['metadata']['uid']}"
+    return st.precondition_failed(rt, name, message)
+
+
+class Store:
+    """All objects of all resources, behind one re-entrant lock."""
+
+    def __init__(self, history_limit: int = 1000):
+        self._lock = threading.RLock()
+        self._rv = 0
+        self._objects: dict[ResourceType, dict[Key, dict[str, Any]]] = {rt: {} for rt in ALL_RESOURCES}
+        self._history: deque[Change] = deque()
+        self._history_limit = history_limit
+        self._floor = 0  # a watch may resume from any RV >= floor
+        self._watchers: set[Watcher] = set()
+        self._snapshots: OrderedDict[str, tuple[int, list[dict[str, Any]]]] = OrderedDict()
+        self._hooks: list[Hook] = [self._collect_garbage]
+
+    def locked(self) -> threading.RLock:
+        """The store lock, for a read-modify-write that must not interleave with other writes."""
+        return self._lock
+
+    # ----- reads -------------------------------------------------------------------------------
+    @property
+    def resource_version(self) -> int:
+        with self._lock:
+            return self._rv
+
+    def find(self, rt: ResourceType, namespace: str, name: str) -> dict[str, Any] | None:
+        with self._lock:
+            return self._objects[rt].get((namespace, name))
+
+    def get(self, rt: ResourceType, namespace: str, name: str) -> dict[str, Any]:
+        obj = self.find(rt, namespace, name)
+        if obj is None:
+            raise st.not_found(rt, name)
+        return obj
+
+    def select(self, rt: ResourceType, selection: Selection) -> list[dict[str, Any]]:
+        """Matching objects ordered by (namespace, name), as the API server's storage orders them."""
+        with self._lock:
+            return [obj for key, obj in sorted(self._objects[rt].items()) if selection.matches(obj)]
+
+    def list(self, rt: ResourceType, selection: Selection, limit: int = 0, token: str | None = None) -> dict[str, Any]:
+        """A ``*List`` document, one page of it when ``limit`` is set (``token``: a continue token)."""
+        with self._lock:
+            if token:
+                snapshot_id, offset, rv, items = self._resume(token)
+            else:
+                snapshot_id, offset, rv, items = None, 0, self._rv, self.select(rt, selection)
+            end = offset + limit if limit > 0 else len(items)
+            metadata: dict[str, Any] = {"resourceVersion": str(rv)}
+            if end < len(items):
+                if snapshot_id is None:
+                    snapshot_id = secrets.token_hex(8)
+                    self._snapshots[snapshot_id] = (rv, items)
+                    while len(self._snapshots) > _SNAPSHOTS_KEPT:
+                        self._snapshots.popitem(last=False)
+                metadata["continue"] = self._token(snapshot_id, end, rv)
+                metadata["remainingItemCount"] = len(items) - end
+            return {
+                "kind": rt.list_kind,
+                "apiVersion": rt.api_version,
+                "metadata": metadata,
+                "items": items[offset:end],
+            }
+
+    @staticmethod
+    def _token(snapshot_id: str, offset: int, rv: int) -> str:
+        raw = json.dumps({"v": _TOKEN_VERSION, "s": snapshot_id, "o": offset, "rv": rv}).encode()
+        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+    def _resume(self, token: str) -> tuple[str, int, int, list[dict[str, Any]]]:
+        try:
+            decoded = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+            snapshot_id, offset, rv = decoded["s"], int(decoded["o"]), int(decoded["rv"])
+            if decoded.get("v") != _TOKEN_VERSION:
+                raise ValueError("unknown token version")
+        except (binascii.Error, ValueError, KeyError, TypeError) as exc:
+            raise st.bad_request(f"continue key is not valid: {exc}") from None
+        if snapshot_id not in self._snapshots:
+            raise st.expired(
+                "The provided continue parameter is too old to display a consistent list result. "
+                "You can start a new list without the continue parameter."
+            )
+        _, items = self._snapshots[snapshot_id]
+        return snapshot_id, offset, rv, items
+
+    # ----- watches -----------------------------------------------------------------------------
+    def watch(
+        self, rt: ResourceType, selection: Selection, resource_version: str | None, send_initial: bool = False
+    ) -> Watcher:
+        """Register a watcher, preloaded with the replay from ``resource_version`` or synthetic ADDED events.
+
+        Raises a 410 ``Expired`` :class:`~.status.ApiError` when that version is older than the history.
+        """
+        with self._lock:
+            watcher = Watcher(rt, selection, self._rv)
+            if send_initial or resource_version in (None, "", "0"):
+                events = [{"type": "ADDED", "object": obj} for obj in self.select(rt, selection)]
+                if send_initial:
+                    events.append(bookmark(rt, self._rv, {INITIAL_EVENTS_END: "true"}))
+            else:
+                try:
+                    since = int(resource_version)
+                except ValueError:
+                    raise st.bad_request(f"invalid resource version: {resource_version!r}") from None
+                if since < self._floor:
+                    raise st.expired(f"too old resource version: {since} ({self._floor})")
+                translated = (watcher.translate(c) for c in self._history if c.rv > since)
+                events = [e for e in translated if e is not None]
+            watcher.preload(events, self._rv)
+            self._watchers.add(watcher)
+            return watcher
+
+    def unwatch(self, watcher: Watcher) -> None:
+        with self._lock:
+            self._watchers.discard(watcher)
+
+    def watchers(self, rt: ResourceType | None = None) -> list[Watcher]:
+        with self._lock:
+            return [w for w in self._watchers if rt is None or w.resource == rt]
+
+    def close_watchers(self, rt: ResourceType | None = None) -> None:
+        """End open streams (all, or those of one resource)."""
+        for watcher in self.watchers(rt):
+            watcher.close()
+
+    def compact(self) -> int:
+        """Forget the change history and every continue token; returns the new oldest resumable RV."""
+        with self._lock:
+            self._history.clear()
+            self._snapshots.clear()
+            self._floor = self._rv
+            return self._floor
+
+    def add_hook(self, hook: Hook) -> None:
+        """Run ``hook(change)`` after every commit, under the store lock (it may write, re-entrantly)."""
+        with self._lock:
+            self._hooks.append(hook)
+
+    # ----- commit ------------------------------------------------------------------------------
+    def _commit(self, rt: ResourceType, old: dict[str, Any] | None, new: dict[str, Any] | None, cascade: bool = True):
+        self._rv += 1
+        key_source = new if new is not None else old
+        assert key_source is not None
+        key = (_meta(key_source)["namespace"], _meta(key_source)["name"])
+        if new is not None:
+            new["metadata"]["resourceVersion"] = str(self._rv)
+            self._objects[rt][key] = new
+        else:
+            del self._objects[rt][key]
+            old = copy.deepcopy(old)
+            assert old is not None
+            old["metadata"]["resourceVersion"] = str(self._rv)
+        change = Change(self._rv, rt, old, new, cascade)
+        self._history.append(change)
+        while len(self._history) > self._history_limit:
+            self._floor = self._history.popleft().rv
+        for watcher in list(self._watchers):
+            watcher.offer(change)
+        for hook in list(self._hooks):
+            hook(change)
+        return change
+
+    def _finalize(
+        self,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        old: dict[str, Any] | None,
+        new: dict[str, Any],
+        uid: str | None = None,
+        trusted: bool = False,
+    ) -> dict[str, Any]:
+        """``new`` with type, identity and server-set metadata filled in (resourceVersion comes at commit).
+
+        ``trusted`` (test-control writes) lets ``new`` set a deletionTimestamp itself.
+        """
+        obj = copy.deepcopy(new)
+        obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
+        meta = obj.setdefault("metadata", {})
+        meta.update(name=name, namespace=namespace)
+        meta.pop("resourceVersion", None)
+        if old is None:
+            meta["uid"] = uid or str(uuid.uuid4())
+            meta["creationTimestamp"] = now()
+            meta["generation"] = 1
+            meta.pop("deletionTimestamp", None)
+        else:
+            old_meta = _meta(old)
+            for field in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds"):
+                if field in old_meta:
+                    meta[field] = old_meta[field]
+                elif not (trusted and field.startswith("deletion")):
+                    meta.pop(field, None)
+            bump = _content(rt, old) != _content(rt, obj)
+            meta["generation"] = int(old_meta.get("generation", 1)) + (1 if bump else 0)
+        return obj
+
+    def _write(
+        self, rt: ResourceType, old: dict[str, Any] | None, new: dict[str, Any], dry_run: bool
+    ) -> dict[str, Any]:
+        if old is not None and _comparable(old) == _comparable(new):
+            return old  # no-op: nothing written, no event, resourceVersion unchanged
+        if dry_run:
+            if old is not None:
+                new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+            return new
+        self._commit(rt, old, new)
+        return new
+
+    # ----- writes through the API ----------------------------------------------------------------
+    def create(
+        self,
+        rt: ResourceType,
+        namespace: str,
+        body: dict[str, Any],
+        manager: str,
+        *,
+        validate: bool = True,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        meta = _meta(body)
+        name = meta.get("name") or (
+            meta["generateName"] + secrets.token_hex(3)[:5] if meta.get("generateName") else None
+        )
+        validate_name(rt, name)
+        assert name is not None
+        body = copy.deepcopy(body)
+        if rt.status_subresource:
+            body["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+        with self._lock:
+            if (namespace, name) in self._objects[rt]:
+                raise st.already_exists(rt, name)
+            obj = self._finalize(rt, namespace, name, None, body)
+            if validate:
+                validate_custom(rt, obj)
+            obj["metadata"]["managedFields"] = record_update(None, obj, manager, rt.api_version, now())
+            return self._write(rt, None, obj, dry_run)
+
+    def _check_rv(self, rt: ResourceType, name: str, old: dict[str, Any], wanted: str | None) -> None:
+        if wanted and wanted != old["metadata"]["resourceVersion"]:
+            raise st.stale(rt, name)
+
+    def replace(
+        self,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        body: dict[str, Any],
+        manager: str,
+        *,
+        validate: bool = True,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        """PUT: resourceVersion in the body is a precondition (required for custom resources)."""
+        meta = _meta(body)
+        with self._lock:
+            old = self.get(rt, namespace, name)
+            wanted = meta.get("resourceVersion")
+            if not wanted and rt.custom:
+                message = "Invalid value: 0x0: must be specified for an update"
+                raise st.invalid(rt, name, [("FieldValueInvalid", "metadata.resourceVersion", message)])
+            self._check_rv(rt, name, old, wanted)
+            if meta.get("uid") and meta["uid"] != old["metadata"]["uid"]:
+                raise _uid_mismatch(rt, name, meta["uid"], old)
+            body = copy.deepcopy(body)
+            if rt.status_subresource:
+                body["status"] = copy.deepcopy(old.get("status"))
+            obj = self._finalize(rt, namespace, name, old, body)
+            if validate:
+                validate_custom(rt, obj)
+            obj["metadata"]["managedFields"] = record_update(old, obj, manager, rt.api_version, now())
+            return self._write(rt, old, obj, dry_run)
+
+    def merge_patch(
+        self,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        patch: Any,
+        manager: str,
+        *,
+        validate: bool = True,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        if not isinstance(patch, dict):
+            raise st.bad_request("a merge patch must be a JSON object")
+        with self._lock:
+            old = self.get(rt, namespace, name)
+            self._check_rv(rt, name, old, _meta(patch).get("resourceVersion"))
+            patched = merge_patch(old, patch)
+            if rt.status_subresource:
+                patched["status"] = copy.deepcopy(old.get("status"))
+            obj = self._finalize(rt, namespace, name, old, patched)
+            if validate:
+                validate_custom(rt, obj)
+            obj["metadata"]["managedFields"] = record_update(old, obj, manager, rt.api_version, now())
+            return self._write(rt, old, obj, dry_run)
+
+    def apply(
+        self,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        body: dict[str, Any],
+        manager: str,
+        *,
+        force: bool,
+        validate: bool = True,
+        dry_run: bool = False,
+    ) -> tuple[dict[str, Any], bool]:
+        """Server-side apply; returns (object, created)."""
+        validate_name(rt, name)
+        with self._lock:
+            old = self.find(rt, namespace, name)
+            wanted = _meta(body).get("resourceVersion")
+            if wanted and (old is None or wanted != old["metadata"]["resourceVersion"]):
+                raise st.stale(rt, name)
+            try:
+                merged = server_side_apply(old, body, manager, rt.api_version, now(), force=force)
+            except ApplyConflict as conflict:
+                raise st.apply_conflict(rt, name, [(m, v, dotted(p)) for m, v, p in conflict.conflicts]) from None
+            if rt.status_subresource:
+                merged["status"] = copy.deepcopy((old or {}).get("status", {"phase": "Pending"}))
+            obj = self._finalize(rt, namespace, name, old, merged)
+            if validate:
+                validate_custom(rt, obj)
+            return self._write(rt, old, obj, dry_run), old is None
+
+    def delete(
+        self,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        preconditions: dict[str, Any] | None = None,
+        *,
+        cascade: bool = True,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        """Delete at once (no finalizers, no grace period); dependents are collected when ``cascade``."""
+        with self._lock:
+            old = self.get(rt, namespace, name)
+            pre = preconditions or {}
+            if pre.get("uid") and pre["uid"] != old["metadata"]["uid"]:
+                raise _uid_mismatch(rt, name, pre["uid"], old)
+            if pre.get("resourceVersion") and pre["resourceVersion"] != old["metadata"]["resourceVersion"]:
+                raise st.precondition_failed(
+                    rt,
+                    name,
+                    f"Precondition failed: ResourceVersion in precondition: {pre['resourceVersion']}, "
+                    f"ResourceVersion in object meta: {old['metadata']['resourceVersion']}",
+                )
+            if dry_run:
+                return old
+            return self._commit(rt, old, None, cascade).current
+
+    def delete_collection(
+        self, rt: ResourceType, selection: Selection, *, cascade: bool = True
+    ) -> list[dict[str, Any]]:
+        with self._lock:
+            return [
+                self.delete(rt, _meta(o)["namespace"], _meta(o)["name"], cascade=cascade)
+                for o in self.select(rt, selection)
+            ]
+
+    # ----- writes from the test-control API -----------------------------------------------------
+    def put(self, rt: ResourceType, obj: dict[str, Any], manager: str = "kube-fake") -> dict[str, Any]:
+        """Create or overwrite ``obj`` without validation or preconditions (keeps a uid it names)."""
+        meta = _meta(obj)
+        namespace, name = meta.get("namespace") or "default", meta["name"]
+        with self._lock:
+            old = self.find(rt, namespace, name)
+            new = self._finalize(rt, namespace, name, old, obj, uid=meta.get("uid"), trusted=True)
+            if old is not None and meta.get("uid") and meta["uid"] != old["metadata"]["uid"]:
+                self._commit(rt, old, None)  # a different object under the same name: delete, recreate
+                old = None
+                new = self._finalize(rt, namespace, name, None, obj, uid=meta["uid"])
+            new["metadata"]["managedFields"] = record_update(old, new, manager, rt.api_version, now())
+            return self._write(rt, old, new, dry_run=False)
+
+    def drop_all(self, rt: ResourceType) -> None:
+        """Delete every object of ``rt`` (as removing its CRD does) and end its watches."""
+        with self._lock:
+            for obj in self.select(rt, Selection(None)):
+                self._commit(rt, obj, None)
+            self.close_watchers(rt)
+
+    # ----- garbage collection -------------------------------------------------------------------
+    def _collect_garbage(self, change: Change) -> None:
+        """When an object is deleted (cascading), delete every object whose ownerReferences name its uid."""
+        if change.new is not None or not change.cascade:
+            return
+        uid = _meta(change.current).get("uid")
+        for rt, objects in self._objects.items():
+            for obj in [
+                o for o in objects.values() if any(r.get("uid") == uid for r in _meta(o).get("ownerReferences") or [])
+            ]:
+                key = (_meta(obj)["namespace"], _meta(obj)["name"])
+                if objects.get(key) is obj:
+                    self._commit(rt, obj, None)

@@ -1,0 +1,188 @@
+"""HTTP/1.1 plumbing: a threading loopback server, JSON replies and chunked watch streams."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from .api import KubeApi, Reply, Request, WatchReply
+from .watch import bookmark
+
+_LIVENESS_POLL = 0.25  # how often an idle watch stream checks that its client is still there
+
+
+def _encode(obj: dict[str, Any]) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+class HttpServer(ThreadingHTTPServer):
+    """Serves :class:`KubeApi` on 127.0.0.1 (port chosen by the OS) and tracks its connections."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, api: KubeApi, record: Callable[[Request, str], None], bookmark_interval: Callable[[], float]):
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.api = api
+        self.record = record
+        self.bookmark_interval = bookmark_interval
+        self.stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._connections: dict[socket.socket, threading.Thread] = {}
+        self._streams = 0
+        self._streams_done = threading.Condition(self._lock)
+
+    def track(self, conn: socket.socket, alive: bool) -> None:
+        with self._lock:
+            if alive:
+                self._connections[conn] = threading.current_thread()
+            else:
+                self._connections.pop(conn, None)
+
+    def stream_delta(self, delta: int) -> None:
+        with self._lock:
+            self._streams += delta
+            self._streams_done.notify_all()
+
+    def wait_streams_closed(self, timeout: float) -> None:
+        with self._lock:
+            self._streams_done.wait_for(lambda: self._streams == 0, timeout)
+
+    def drop_connections(self, timeout: float) -> None:
+        """Shut down every open connection (idle keep-alive ones included) and join their threads."""
+        with self._lock:
+            connections = list(self._connections.items())
+        for conn, _ in connections:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        deadline = time.monotonic() + timeout
+        for _, thread in connections:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "kube-fake/1"
+    server: HttpServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: the test-control API keeps its own request log."""
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.track(self.connection, True)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            self.server.track(self.connection, False)
+
+    def _read_body(self) -> bytes:
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            parts = []
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    return b"".join(parts)
+                parts.append(self.rfile.read(size))
+                self.rfile.readline()
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _serve(self) -> None:
+        url = urlsplit(self.path)
+        req = Request(
+            method=self.command,
+            path=unquote(url.path),
+            query=parse_qs(url.query, keep_blank_values=True),
+            headers=self.headers,
+            body=self._read_body(),
+        )
+        self.server.record(req, url.query)
+        reply = self.server.api.handle(req)
+        if isinstance(reply, WatchReply):
+            self._stream(reply)
+        else:
+            self._send(reply)
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
+
+    def _send(self, reply: Reply) -> None:
+        payload = _encode(reply.body)
+        self.send_response(reply.code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.send_header("Cache-Control", "no-cache, private")
+        for name, value in reply.headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def _chunk(self, event: dict[str, Any]) -> None:
+        """One event = one chunk = one JSON line, sent at once (the writer is unbuffered)."""
+        line = _encode(event) + b"\n"
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+
+    def _client_gone(self) -> bool:
+        try:
+            return self.connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
+
+    def _stream(self, reply: WatchReply) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Cache-Control", "no-cache, private")
+        self.end_headers()
+        self.server.stream_delta(+1)
+        try:
+            try:
+                if reply.error is not None:
+                    self._chunk(reply.error)
+                else:
+                    self._drain(reply)
+            finally:  # unregistered before the client can see the end of the stream
+                if reply.watcher is not None:
+                    self.server.api.store.unwatch(reply.watcher)
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:
+            self.close_connection = True
+        finally:
+            self.server.stream_delta(-1)
+        if self.server.stopping.is_set():
+            self.close_connection = True
+
+    def _drain(self, reply: WatchReply) -> None:
+        watcher = reply.watcher
+        assert watcher is not None
+        deadline = time.monotonic() + reply.timeout
+        next_bookmark = time.monotonic() + self.server.bookmark_interval()
+        while not self.server.stopping.is_set():
+            now = time.monotonic()
+            if now >= deadline:
+                return
+            wait = min(deadline - now, _LIVENESS_POLL)
+            if reply.bookmarks:
+                wait = min(wait, max(0.0, next_bookmark - now))
+            event, progress = watcher.next(wait)
+            if event is not None:
+                self._chunk(event)
+                continue
+            if watcher.closed or self._client_gone():
+                return
+            if reply.bookmarks and time.monotonic() >= next_bookmark:
+                self._chunk(bookmark(reply.resource, progress))
+                next_bookmark = time.monotonic() + self.server.bookmark_interval()
