@@ -122,6 +122,10 @@ def bench_initial_sync(base: Path, sizes: list[int]) -> list[dict[str, Any]]:
 def run_bench(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="discovery-sync-bench-", dir=args.dir) as scratch:
         base = Path(scratch)
+        if args.etcd:
+            from .bench_etcd import bench_etcd
+
+            return bench_etcd(args.url, args.events)
         if args.interop:
             from .bench_interop import bench_interop
 

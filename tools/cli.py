@@ -134,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--records", type=int, default=10000, help="records for the list and rescan timings")
     bench.add_argument("--dir", help="directory for the benchmark stores (default: a temporary one)")
     bench.add_argument("--interop", action="store_true", help="measure against reference-runtime workers instead")
+    bench.add_argument("--etcd", action="store_true", help="measure the etcd backend (--url, else a local etcd)")
     bench.set_defaults(func=cmd_bench)
     return parser
 
