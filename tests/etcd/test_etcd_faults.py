@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import threading
 import time
 import uuid
@@ -165,3 +166,24 @@ def test_two_clients_racing_to_register_conflicting_models_have_one_winner(url):
         assert clients[0].list(ds.Query.models()) == winners
         for client in clients:
             client.shutdown()
+
+
+def test_endpoints_fail_over_and_come_from_etcd_endpoints(etcd_server, prefix, monkeypatch):
+    dead = socket.socket()
+    dead.bind(("127.0.0.1", 0))  # a port nobody listens on
+    dead_url = f"http://127.0.0.1:{dead.getsockname()[1]}"
+    try:
+        monkeypatch.delenv("DYN_DISCOVERY_BACKEND", raising=False)
+        monkeypatch.setenv("ETCD_ENDPOINTS", f"{dead_url},{etcd_server.url}")
+        monkeypatch.setenv("ETCD_LEASE_TTL", "0")  # 0 means the default
+        with ds.connect(options_prefix(prefix)) as client:
+            assert client.backend_name == "etcd"
+            assert client.status()["ttl"] == 10
+            endpoint = client.register(endpoint_spec())
+            assert client.list(ds.Query.endpoints()) == [endpoint]
+    finally:
+        dead.close()
+
+
+def options_prefix(prefix: str) -> str:
+    return f"etcd:///{prefix}"  # no hosts: ETCD_ENDPOINTS decides
