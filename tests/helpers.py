@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import discovery_sync as ds
@@ -58,3 +59,26 @@ def assert_quiet(watch: ds.Watch, period: float) -> None:
 
 def ids(instances) -> set:
     return {i.id() for i in instances}
+
+
+def race_conflicting_models(clients: list[ds.Discovery]) -> list[ds.Model]:
+    """Every client registers a different model on one endpoint at the same moment; return the
+    winners after checking that the store holds exactly them."""
+    barrier = threading.Barrier(len(clients))
+    outcomes: list[object] = [None] * len(clients)
+
+    def race(index: int) -> None:
+        barrier.wait()
+        try:
+            outcomes[index] = clients[index].register(model_spec(f"model-{index}"))
+        except ds.ConflictError as exc:
+            outcomes[index] = exc
+
+    threads = [threading.Thread(target=race, args=(i,), name=f"race-{i}") for i in range(len(clients))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    winners = [o for o in outcomes if isinstance(o, ds.Model)]
+    assert clients[0].list(ds.Query.models()) == winners
+    return winners

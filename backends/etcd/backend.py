@@ -9,11 +9,11 @@ from typing import Any
 from discovery_sync.discovery import Discovery
 from discovery_sync.errors import BackendUnavailable, ValidationError
 from discovery_sync.identity import DiscoveryInstanceId
-from discovery_sync.model import DiscoveryInstance, Model, instance_from_json, instance_to_json
+from discovery_sync.model import DiscoveryInstance, Model, instance_to_json
 from discovery_sync.queries import Query
 from discovery_sync.watch import WatchFeed
 
-from .gateway import EtcdGateway, KeyValue
+from .gateway import EtcdGateway, parse_value
 from .keys import KeyLayout
 from .lease import LeaseKeeper
 from .watcher import FeedWatcher
@@ -79,7 +79,7 @@ class EtcdDiscovery(Discovery):
     # -- storage primitives -------------------------------------------------------------------------
     def _get(self, instance_id: DiscoveryInstanceId) -> DiscoveryInstance | None:
         kvs, _ = self.gateway.range(self.keys.key(instance_id))
-        return self._parse(kvs[0]) if kvs else None
+        return parse_value(kvs[0]) if kvs else None
 
     def _create(self, instance: DiscoveryInstance) -> DiscoveryInstance | None:
         created, existing = self.gateway.create(
@@ -87,7 +87,7 @@ class EtcdDiscovery(Discovery):
         )
         if created:
             return None
-        return self._parse(existing) if existing is not None else None
+        return parse_value(existing) if existing is not None else None
 
     def _replace(self, instance: DiscoveryInstance) -> None:
         self.gateway.put(self.keys.key(instance.id()), instance_to_json(instance), self._lease.lease_id)
@@ -99,7 +99,7 @@ class EtcdDiscovery(Discovery):
         kvs, _ = self.gateway.range(*self.keys.query_range(query))
         found = []
         for kv in kvs:
-            instance = self._parse(kv)
+            instance = parse_value(kv)
             if instance is not None:
                 found.append(instance)
                 if isinstance(instance, Model):
@@ -111,13 +111,6 @@ class EtcdDiscovery(Discovery):
         ours = self._create_revisions.get(model.id())
         theirs = self._create_revisions.get(conflict.id())
         return ours is None or theirs is None or theirs < ours
-
-    def _parse(self, kv: KeyValue) -> DiscoveryInstance | None:
-        try:
-            return instance_from_json(kv.value)
-        except ValidationError as exc:
-            log.warning("skipping unreadable record %s: %s", kv.key.decode("utf-8", "replace"), exc)
-            return None
 
     def _open_feed(self, feed: WatchFeed) -> None:
         watcher = FeedWatcher(self.gateway, self.keys, feed, read_timeout=self.watch_read_timeout)

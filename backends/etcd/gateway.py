@@ -21,7 +21,8 @@ from typing import Any
 
 import requests
 
-from discovery_sync.errors import BackendUnavailable, DiscoveryError
+from discovery_sync.errors import BackendUnavailable, DiscoveryError, ValidationError
+from discovery_sync.model import DiscoveryInstance, instance_from_json
 
 log = logging.getLogger("discovery_sync.backends.etcd")
 
@@ -75,6 +76,15 @@ def abort_stream(response: requests.Response) -> None:
         with contextlib.suppress(OSError):
             sock.shutdown(socket.SHUT_RDWR)
     response.close()
+
+
+def parse_value(kv: KeyValue) -> DiscoveryInstance | None:
+    """The record stored in ``kv``, or None (with a warning) when it is unreadable."""
+    try:
+        return instance_from_json(kv.value)
+    except ValidationError as exc:
+        log.warning("skipping unreadable record %s: %s", kv.key.decode("utf-8", "replace"), exc)
+        return None
 
 
 class EtcdError(DiscoveryError):

@@ -15,12 +15,12 @@ from typing import Any
 
 import requests
 
-from discovery_sync.errors import BackendUnavailable, ValidationError
-from discovery_sync.model import DiscoveryInstance, instance_from_json
+from discovery_sync.errors import BackendUnavailable
+from discovery_sync.model import DiscoveryInstance
 from discovery_sync.reconcile import apply
 from discovery_sync.watch import WatchFeed
 
-from .gateway import EtcdGateway, KeyValue, abort_stream
+from .gateway import EtcdGateway, KeyValue, abort_stream, parse_value
 from .keys import KeyLayout
 
 log = logging.getLogger("discovery_sync.backends.etcd")
@@ -72,17 +72,10 @@ class FeedWatcher:
         kvs, revision = self.gateway.range(self.key, self.range_end)
         snapshot = {}
         for kv in kvs:
-            instance = self._parse(kv) or self.known.get(kv.key)
+            instance = parse_value(kv) or self.known.get(kv.key)
             if instance is not None and self.feed.query.matches(instance):
                 snapshot[kv.key] = instance
         return snapshot, revision
-
-    def _parse(self, kv: KeyValue) -> DiscoveryInstance | None:
-        try:
-            return instance_from_json(kv.value)
-        except ValidationError as exc:
-            log.warning("skipping unreadable record %s: %s", kv.key.decode("utf-8", "replace"), exc)
-            return None
 
     def _run(self) -> None:
         delay = BACKOFF_START
@@ -149,7 +142,7 @@ class FeedWatcher:
             if old is not None:
                 self.feed.removed(old.id())
             return
-        new = self._parse(kv)
+        new = parse_value(kv)
         if new is None or not self.feed.query.matches(new):
             return
         valid, published, _ = apply(self.known.get(kv.key), new)

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 import discovery_sync as ds
-from tests.helpers import assert_quiet, ids, initial_state, model_spec, next_event
+from tests.helpers import assert_quiet, ids, initial_state, model_spec, next_event, race_conflicting_models
 
 
 def test_a_different_model_on_the_same_endpoint_is_refused(rig):
@@ -33,25 +31,8 @@ def test_lora_adapters_share_an_endpoint_with_their_base_model(rig):
 
 
 def test_racing_conflicting_registrations_have_exactly_one_winner(rig):
-    clients = [rig.client() for _ in range(6)]
-    barrier = threading.Barrier(len(clients))
-    outcomes: list[object] = [None] * len(clients)
-
-    def race(index: int) -> None:
-        barrier.wait()
-        try:
-            outcomes[index] = clients[index].register(model_spec(f"model-{index}"))
-        except ds.ConflictError as exc:
-            outcomes[index] = exc
-
-    threads = [threading.Thread(target=race, args=(i,)) for i in range(len(clients))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
-    winners = [o for o in outcomes if isinstance(o, ds.Model)]
-    assert len(winners) == 1, outcomes
-    assert clients[0].list(ds.Query.models()) == winners
+    winners = race_conflicting_models([rig.client() for _ in range(6)])
+    assert len(winners) == 1, winners
 
 
 def test_replay_accepts_taint_differences_and_keeps_the_stored_taints(rig):

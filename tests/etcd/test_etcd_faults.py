@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 import discovery_sync as ds
-from tests.helpers import endpoint_spec, initial_state, model_spec, next_event
+from tests.helpers import endpoint_spec, initial_state, next_event, race_conflicting_models
 from tests.peer import Peer
 from tests.tcp_proxy import TcpProxy
 
@@ -146,26 +146,12 @@ def test_compaction_past_a_watchers_revision_resyncs_without_losing_a_record(etc
 def test_two_clients_racing_to_register_conflicting_models_have_one_winner(url):
     for _ in range(10):
         clients = [ds.connect(url) for _ in range(2)]
-        barrier = threading.Barrier(2)
-        outcomes: list = [None, None]
-
-        def race(index: int, clients=clients, barrier=barrier, outcomes=outcomes) -> None:
-            barrier.wait()
-            try:
-                outcomes[index] = clients[index].register(model_spec(f"model-{index}"))
-            except ds.ConflictError as exc:
-                outcomes[index] = exc
-
-        threads = [threading.Thread(target=race, args=(i,)) for i in range(2)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(30)
-        winners = [o for o in outcomes if isinstance(o, ds.Model)]
-        assert len(winners) == 1, outcomes
-        assert clients[0].list(ds.Query.models()) == winners
-        for client in clients:
-            client.shutdown()
+        try:
+            winners = race_conflicting_models(clients)
+            assert len(winners) == 1, winners
+        finally:
+            for client in clients:
+                client.shutdown()
 
 
 def test_endpoints_fail_over_and_come_from_etcd_endpoints(etcd_server, prefix, monkeypatch):

@@ -13,18 +13,24 @@ def file_store(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def rust_peer(file_store: Path) -> Iterator[Callable[[], RustPeer]]:
-    """Start reference-runtime peers on the file store; all are killed at teardown."""
+def rust_peers() -> Iterator[Callable[..., RustPeer]]:
+    """``start(backend, env, isolate=False)`` starts a reference-runtime peer; all are killed at teardown."""
     started: list[RustPeer] = []
 
-    def start() -> RustPeer:
-        peer = RustPeer("file", {"DYN_FILE_KV": str(file_store)}, isolate=True)
+    def start(backend: str, env: dict[str, str], *, isolate: bool = False) -> RustPeer:
+        peer = RustPeer(backend, env, isolate=isolate)
         started.append(peer)
         return peer
 
     yield start
     for peer in started:
         peer.kill()
+
+
+@pytest.fixture
+def rust_peer(file_store: Path, rust_peers) -> Callable[[], RustPeer]:
+    """Reference peers on the file store, each in a loopback-only network namespace."""
+    return lambda: rust_peers("file", {"DYN_FILE_KV": str(file_store)}, isolate=True)
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ import uuid
 
 import pytest
 from discovery_sync.backends.etcd.gateway import EtcdGateway
-from discovery_sync.tools.reference import RustPeer
 
 import discovery_sync as ds
 from tests.helpers import next_event
@@ -26,18 +25,9 @@ def etcd_url(etcd_server) -> str:
 
 
 @pytest.fixture
-def rust_etcd_peer(etcd_server):
-    started: list[RustPeer] = []
-
-    def start() -> RustPeer:
-        env = {"ETCD_ENDPOINTS": etcd_server.url, "ETCD_LEASE_TTL": str(RUST_LEASE_TTL)}
-        peer = RustPeer("etcd", env)  # it must reach the test etcd on this host's loopback
-        started.append(peer)
-        return peer
-
-    yield start
-    for peer in started:
-        peer.kill()
+def rust_etcd_peer(etcd_server, rust_peers):
+    env = {"ETCD_ENDPOINTS": etcd_server.url, "ETCD_LEASE_TTL": str(RUST_LEASE_TTL)}
+    return lambda: rust_peers("etcd", env)  # it must reach the test etcd on this host's loopback
 
 
 @pytest.fixture
