@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from discovery_sync.discovery import Discovery
-from discovery_sync.errors import BackendUnavailable, ValidationError
+from discovery_sync.errors import BackendUnavailable, DiscoveryError, ValidationError
 from discovery_sync.identity import DiscoveryInstanceId
 from discovery_sync.model import DiscoveryInstance, Model, instance_to_json
 from discovery_sync.queries import Query
@@ -132,6 +132,6 @@ class EtcdDiscovery(Discovery):
         self._watchers.clear()
         try:
             self.gateway.lease_revoke(self._lease.lease_id)
-        except BackendUnavailable as exc:
+        except DiscoveryError as exc:
             log.warning("could not revoke lease %x (its records expire with it): %s", self._lease.lease_id, exc)
         self.gateway.session.close()
