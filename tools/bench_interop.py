@@ -1,5 +1,6 @@
 """``discovery-sync bench --interop``: delivery latency between discovery-sync and reference
-(ai-dynamo-runtime) workers on one file store, all three directions measured in one run.
+(ai-dynamo-runtime) workers on one store (a file store, and a local etcd), all three directions
+measured in one run.
 
 * ``rust_to_ours``: a reference worker registers its endpoint instance -> ``Added`` on our watch;
 * ``rust_to_rust``: the same registration -> a second reference process's client lists it;
@@ -30,11 +31,26 @@ def _until(watch: ds.Watch, kind: type) -> int:
 
 
 def bench_interop(store: Path, events: int) -> dict[str, Any]:
+    """Both stores, one after the other."""
+    from .etcd_server import EtcdServer
+
+    results = {"file": _bench_store("file", {"DYN_FILE_KV": str(store)}, f"file://{store}", events)}
+    server = EtcdServer()
+    server.start()
+    try:
+        env = {"ETCD_ENDPOINTS": server.url}
+        results["etcd"] = _bench_store("etcd", env, f"etcd://127.0.0.1:{server.client_port}", events)
+    finally:
+        server.close()
+    return results
+
+
+def _bench_store(backend: str, env: dict[str, str], url: str, events: int) -> dict[str, Any]:
     from .bench import _summary
 
-    env = {"DYN_FILE_KV": str(store)}
-    writer, observer = RustPeer("file", env, isolate=True), RustPeer("file", env, isolate=True)
-    client = ds.connect(f"file://{store}")
+    isolate = backend == "file"  # etcd peers must reach the server on this host's loopback
+    writer, observer = RustPeer(backend, env, isolate=isolate), RustPeer(backend, env, isolate=isolate)
+    client = ds.connect(url)
     rust_to_ours: list[float] = []
     rust_to_rust: list[float] = []
     ours_to_rust: list[float] = []
@@ -70,7 +86,6 @@ def bench_interop(store: Path, events: int) -> dict[str, Any]:
         writer.kill()
         observer.kill()
     return {
-        "store": "file",
         "rust_to_ours": _summary(rust_to_ours),
         "rust_to_rust": _summary(rust_to_rust),
         "ours_to_rust": _summary(ours_to_rust),
