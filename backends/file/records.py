@@ -38,6 +38,10 @@ def write_record(directory: Path, name: str, data: bytes, *, create_only: bool) 
             os.link(temp, target)
         except FileExistsError:
             return False
+        except PermissionError:
+            if os.path.lexists(target):  # sshfs reports a lost create race as EPERM
+                return False
+            raise
         return True
     finally:
         with contextlib.suppress(FileNotFoundError):
