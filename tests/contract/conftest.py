@@ -52,11 +52,18 @@ def _etcd_rig(request: pytest.FixtureRequest, tmp_path: Path) -> StoreRig:
     return StoreRig("etcd", lambda: ds.connect(url), quiet_period=0.3)
 
 
+def _kube_rig(request: pytest.FixtureRequest, tmp_path: Path) -> StoreRig:
+    from tests.kube.rig import kube_rig  # it builds on StoreRig from this module
+
+    return kube_rig(request, tmp_path)
+
+
 RIGS: dict[str, Callable[[pytest.FixtureRequest, Path], StoreRig]] = {
     "memory": _memory_rig,
     "file": lambda request, tmp: _file_rig(request, tmp, "inotify"),
     "file-polling": lambda request, tmp: _file_rig(request, tmp, "polling"),
     "etcd": _etcd_rig,
+    "kube": _kube_rig,
 }
 
 

@@ -112,7 +112,7 @@ def _remove(obj: dict[str, Any], path: FieldPath) -> None:
     if isinstance(node, dict):
         node.pop(path[-1], None)
     for parent, key in reversed(parents):
-        if parent[key] == {} and key != "metadata":
+        if parent[key] == {} and not (parent is obj and key == "metadata"):  # keep the object's own
             del parent[key]
         else:
             break

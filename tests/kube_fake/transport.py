@@ -70,6 +70,7 @@ class HttpServer(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "kube-fake/1"
+    disable_nagle_algorithm = True  # headers and body go out as separate writes
     server: HttpServer
 
     def log_message(self, format: str, *args: Any) -> None:

@@ -1,0 +1,252 @@
+"""The few Kubernetes API calls discovery needs, through the official ``kubernetes`` client.
+
+Everything travels as raw JSON dicts (``_preload_content=False``, parsed with orjson): CRs are
+dicts anyway and Pods / EndpointSlices need no model classes here. Watches are read line by line
+from the streaming response, which :meth:`KubeApi.abort` can cut from another thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+from discovery_sync.errors import BackendUnavailable
+
+log = logging.getLogger("discovery_sync.backends.kube")
+
+GROUP = "nvidia.com"
+VERSION = "v1alpha1"
+PLURAL = "dynamoworkermetadatas"
+KIND = "DynamoWorkerMetadata"
+API_VERSION = f"{GROUP}/{VERSION}"
+FIELD_MANAGER = "dynamo-worker"
+APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
+DISCOVERY_LABEL = "nvidia.com/dynamo-discovery-enabled"
+DISCOVERY_SELECTOR = f"{DISCOVERY_LABEL}=true"
+
+LIST_PAGE_SIZE = 500
+WATCH_TIMEOUT_SECONDS = 290  # what the reference asks for
+REQUEST_TIMEOUT = (10.0, 30.0)  # connect, read
+WATCH_READ_TIMEOUT = 330.0  # longer than the server-side watch timeout
+
+#: errors that mean "the API server could not be reached or talked to", worth retrying
+TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, OSError)
+
+CRD_MISSING_HINT = (
+    "the DynamoWorkerMetadata resource type (dynamoworkermetadatas.nvidia.com) does not exist: "
+    "install the DynamoWorkerMetadata CRD (discovery_sync/backends/kube/manifests/crd.yaml)"
+)
+FORBIDDEN_HINT = (
+    "access denied: grant the RBAC in deploy/ (discovery_sync/backends/kube/manifests/rbac.yaml) "
+    "to this pod's service account"
+)
+
+
+class Gone(Exception):
+    """The resourceVersion a watch or list continued from is too old (HTTP 410): list again."""
+
+
+def status_message(exc: ApiException) -> str:
+    """``403 Forbidden: <the server's message>`` for an ApiException."""
+    message = ""
+    if exc.body:
+        try:
+            message = orjson.loads(exc.body).get("message", "")
+        except (orjson.JSONDecodeError, AttributeError):
+            message = str(exc.body)[:200]
+    text = f"{exc.status} {exc.reason or ''}".strip()
+    return f"{text}: {message}" if message else text
+
+
+def explain(exc: BaseException, action: str) -> str:
+    """A message for a failed ``action`` that says what to do about the usual causes."""
+    if isinstance(exc, ApiException):
+        if exc.status == 404:
+            return f"{action} failed: {CRD_MISSING_HINT} ({status_message(exc)})"
+        if exc.status in (401, 403):
+            return f"{action} failed: {FORBIDDEN_HINT} ({status_message(exc)})"
+        return f"{action} failed: {status_message(exc)}"
+    return f"{action} failed: cannot reach the Kubernetes API server ({exc})"
+
+
+def make_api_client(kubeconfig: str | os.PathLike[str] | None = None) -> client.ApiClient:
+    """In-cluster configuration when running in a pod, else the kubeconfig (``kubeconfig`` or the default)."""
+    if kubeconfig is not None:
+        try:
+            return config.new_client_from_config(config_file=os.fspath(kubeconfig))
+        except (ConfigException, OSError) as exc:
+            raise BackendUnavailable(f"cannot load the kubeconfig {os.fspath(kubeconfig)}: {exc}") from exc
+    configuration = client.Configuration()
+    try:
+        config.load_incluster_config(client_configuration=configuration)
+        return client.ApiClient(configuration)
+    except ConfigException:
+        pass
+    try:  # KUBECONFIG read now: the client library reads it once, when it is imported
+        return config.new_client_from_config(config_file=os.environ.get("KUBECONFIG") or "~/.kube/config")
+    except (ConfigException, OSError) as exc:
+        raise BackendUnavailable(
+            "no Kubernetes configuration: not running in a pod (no service account) and no usable kubeconfig "
+            f"(KUBECONFIG or ~/.kube/config; or pass kubeconfig=...): {exc}"
+        ) from exc
+
+
+@dataclass(frozen=True)
+class Resource:
+    """A namespaced resource this client lists and watches (raw JSON)."""
+
+    plural: str
+    call: Callable[..., Any]  # the client's list function, namespace and label selector bound
+
+
+def _read_json(response: urllib3.HTTPResponse) -> Any:
+    try:
+        return orjson.loads(response.data)
+    finally:
+        response.release_conn()
+
+
+class KubeApi:
+    """One namespace of one cluster: list/watch of CRs and readiness objects, apply and delete of CRs."""
+
+    def __init__(self, api_client: client.ApiClient, namespace: str) -> None:
+        self.api_client = api_client
+        self.namespace = namespace
+        self.custom = client.CustomObjectsApi(api_client)
+        core, discovery = client.CoreV1Api(api_client), client.DiscoveryV1Api(api_client)
+        self.worker_metadata = Resource(
+            PLURAL,
+            lambda **kw: self.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, **kw),
+        )
+        self.endpoint_slices = Resource(
+            "endpointslices",
+            lambda **kw: discovery.list_namespaced_endpoint_slice(namespace, label_selector=DISCOVERY_SELECTOR, **kw),
+        )
+        self.pods = Resource(
+            "pods",
+            lambda **kw: core.list_namespaced_pod(namespace, label_selector=DISCOVERY_SELECTOR, **kw),
+        )
+
+    # -- reads --------------------------------------------------------------------------------------
+    def list_page(self, resource: Resource, *, limit: int = LIST_PAGE_SIZE, token: str | None = None) -> dict:
+        kwargs: dict[str, Any] = {"limit": limit, "_preload_content": False, "_request_timeout": REQUEST_TIMEOUT}
+        if token:
+            kwargs["_continue"] = token
+        return _read_json(resource.call(**kwargs))
+
+    def list_all(self, resource: Resource) -> tuple[dict[str, dict], str]:
+        """Every object (by name) and the list's resourceVersion; pages are restarted when a token expires."""
+        while True:
+            items: dict[str, dict] = {}
+            token: str | None = None
+            try:
+                while True:
+                    page = self.list_page(resource, token=token)
+                    for item in page.get("items") or []:
+                        items[item["metadata"]["name"]] = item
+                    meta = page.get("metadata") or {}
+                    token = meta.get("continue")
+                    if not token:
+                        return items, str(meta.get("resourceVersion", ""))
+            except ApiException as exc:
+                if exc.status != 410 or token is None:
+                    raise
+                log.info("listing %s: the continue token expired; listing again", resource.plural)
+
+    def watch(self, resource: Resource, resource_version: str, opened: Callable[[Any], None]) -> Iterator[dict]:
+        """Watch events after ``resource_version`` (BOOKMARKs included) until the server ends the stream.
+
+        ``opened(response)`` is called with the streaming response so another thread can abort it.
+        Raises :class:`Gone` on a 410 ERROR event and ApiException for other ERROR events.
+        """
+        response = resource.call(
+            watch=True,
+            resource_version=resource_version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=WATCH_TIMEOUT_SECONDS,
+            _preload_content=False,
+            _request_timeout=(REQUEST_TIMEOUT[0], WATCH_READ_TIMEOUT),
+        )
+        opened(response)
+        ended = False
+        try:
+            for line in _lines(response):
+                event = orjson.loads(line)
+                if event.get("type") == "ERROR":
+                    status = event.get("object") or {}
+                    if status.get("code") == 410:
+                        raise Gone(status.get("message") or "the resourceVersion is too old")
+                    raise ApiException(status=status.get("code"), reason=status.get("reason")) from None
+                yield event
+            ended = True
+        finally:
+            if not ended:  # unread data left: the connection cannot go back to the pool as it is
+                with contextlib.suppress(Exception):
+                    response.close()
+            response.release_conn()
+
+    # -- writes -------------------------------------------------------------------------------------
+    def apply_worker_metadata(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Server-side apply of the whole CR as field manager ``dynamo-worker``, forcing ownership.
+
+        Returns the stored object (read raw: the client's typed answer is None for 201 Created).
+        """
+        response = self.custom.patch_namespaced_custom_object(
+            group=GROUP,
+            version=VERSION,
+            namespace=self.namespace,
+            plural=PLURAL,
+            name=name,
+            body=body,
+            field_manager=FIELD_MANAGER,
+            force=True,
+            _content_type=APPLY_CONTENT_TYPE,
+            _request_timeout=REQUEST_TIMEOUT,
+            _preload_content=False,
+        )
+        return _read_json(response)
+
+    def delete_worker_metadata(self, name: str, uid: str | None = None) -> bool:
+        """Delete the CR (only the object with ``uid`` when given); False when it was not there."""
+        body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)) if uid else None
+        try:
+            self.custom.delete_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, PLURAL, name, body=body, _request_timeout=REQUEST_TIMEOUT
+            )
+        except ApiException as exc:
+            if exc.status in (404, 409):  # gone, or replaced by another object of that name
+                return False
+            raise
+        return True
+
+    def close(self) -> None:
+        self.api_client.close()
+
+
+def abort(response: Any) -> None:
+    """Make a read blocked on the streaming ``response`` (in another thread) return at once."""
+    with contextlib.suppress(Exception):
+        response.shutdown()
+
+
+def _lines(response: Any) -> Iterator[bytes]:
+    """Newline-separated JSON documents of a chunked watch response (chunks need not align)."""
+    buffer = b""
+    for chunk in response.stream(amt=None, decode_content=False):
+        buffer += chunk
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            if line.strip():
+                yield line
+    if buffer.strip():
+        yield buffer

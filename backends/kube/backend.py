@@ -1,0 +1,249 @@
+"""The Kubernetes backend: one DynamoWorkerMetadata CR per worker, read through a ready-gated view.
+
+Writes: this pod's records live in its local metadata (four maps keyed by identity path); every
+register / unregister / taint update changes it under a lock and writes the whole CR by
+server-side apply (field manager ``dynamo-worker``, forced), retrying for ``write_timeout``
+seconds (250 ms doubling to 2 s). When the write fails the local metadata is rolled back and
+BackendUnavailable is raised (ValidationError when the server refuses the CR as invalid). In
+container mode a stale CR of this worker's name is deleted at start.
+
+Reads: the :class:`~.daemon.KubeDaemon` view of every served worker plus this pod's own records.
+``list``/``list_and_watch`` wait for the view to be Ready (``ready_timeout``) and, with
+``consistent_reads`` (the default), for it to catch up with the API server (``sync_timeout``),
+so a record another pod wrote before the call is seen. Model conflicts between racing writers
+are settled by the resourceVersion at which each model first appeared: the earlier one wins.
+
+One client per CR name: two clients with the same pod (and container) overwrite each other's CR.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from kubernetes.client.exceptions import ApiException
+
+from discovery_sync.discovery import Discovery
+from discovery_sync.errors import BackendUnavailable, ValidationError
+from discovery_sync.identity import DiscoveryInstanceId
+from discovery_sync.model import DiscoveryInstance, EventSource, Model
+from discovery_sync.queries import Query
+from discovery_sync.specs import DiscoverySpec, EventSourceSpec
+from discovery_sync.watch import WatchFeed
+
+from .api import TRANSPORT_ERRORS, KubeApi, explain
+from .daemon import KubeDaemon, State
+from .identity import PodIdentity, check_publisher_id
+from .metadata import worker_metadata_body
+from .view import parse_rv
+
+log = logging.getLogger("discovery_sync.backends.kube")
+
+T = TypeVar("T")
+
+RETRY_START, RETRY_MAX = 0.25, 2.0
+_PERMANENT = (401, 403, 404)  # missing RBAC or CRD: retrying will not help
+_INVALID = (400, 413, 422)  # the server refuses the CR itself
+
+
+class KubeDiscovery(Discovery):
+    """Discovery on Kubernetes custom resources (``nvidia.com/v1alpha1`` DynamoWorkerMetadata).
+
+    :param identity: this worker's pod and mode (see :func:`~.identity.resolve_identity`).
+    :param api: the API of the pod's namespace.
+    :param ready_timeout: seconds reads wait for the first complete view (then BackendUnavailable).
+    :param write_timeout: seconds a CR write is retried before it fails and is rolled back.
+    :param sync_timeout: seconds a consistent read waits for the watches to catch up.
+    :param consistent_reads: check that the view is current before each read (two LISTs).
+    """
+
+    backend_name = "kube"
+
+    def __init__(
+        self,
+        identity: PodIdentity,
+        api: KubeApi,
+        *,
+        ready_timeout: float = 30.0,
+        write_timeout: float = 10.0,
+        sync_timeout: float = 5.0,
+        consistent_reads: bool = True,
+    ) -> None:
+        super().__init__()
+        self.identity = identity
+        self.api = api
+        self.ready_timeout = ready_timeout
+        self.write_timeout = write_timeout
+        self.sync_timeout = sync_timeout
+        self.consistent_reads = consistent_reads
+        self._metadata_lock = threading.Lock()
+        self._local: dict[DiscoveryInstanceId, DiscoveryInstance] = {}
+        self._first_seen: dict[DiscoveryInstanceId, int | None] = {}
+        self._cr_uid: str | None = None
+        self.writes = 0
+        if identity.mode == "container":
+            self._retrying(lambda: api.delete_worker_metadata(identity.cr_name), "deleting the stale CR")
+        self.daemon = KubeDaemon(api, mode=identity.mode, own_cr_name=identity.cr_name)
+        self.daemon.start()
+
+    @property
+    def instance_id(self) -> int:
+        return self.identity.instance_id
+
+    def status(self) -> dict[str, Any]:
+        """This worker's identity, its CR, the daemon's state and view."""
+        with self._metadata_lock:
+            records, cr_uid = len(self._local), self._cr_uid
+        return {
+            "pod": self.identity.pod_name,
+            "pod_uid": self.identity.pod_uid,
+            "namespace": self.identity.namespace,
+            "mode": self.identity.mode,
+            "cr_name": self.identity.cr_name,
+            "cr_uid": cr_uid,
+            "instance_id": self.instance_id,
+            "local_records": records,
+            "writes": self.writes,
+            **self.daemon.status(),
+        }
+
+    def register(self, spec: DiscoverySpec) -> DiscoveryInstance:
+        if isinstance(spec, EventSourceSpec):
+            check_publisher_id(spec.publisher_id)  # ≤ 2**53 - 1 on this backend
+        return super().register(spec)
+
+    # -- writes -------------------------------------------------------------------------------------
+    def _create(self, instance: DiscoveryInstance) -> DiscoveryInstance | None:
+        if isinstance(instance, EventSource):
+            check_publisher_id(instance.publisher_id)
+        with self._metadata_lock:
+            existing = self._local.get(instance.id())
+            if existing is not None:
+                return existing
+            self._commit(instance.id(), instance, f"registering {instance.kind.value} {instance.id().to_path()}")
+        return None
+
+    def _replace(self, instance: DiscoveryInstance) -> None:
+        with self._metadata_lock:
+            self._commit(instance.id(), instance, f"updating {instance.kind.value} {instance.id().to_path()}")
+
+    def _delete(self, instance_id: DiscoveryInstanceId) -> None:
+        with self._metadata_lock:
+            if instance_id not in self._local:
+                return
+            if self._closed:  # shutting down: _close removes the whole CR at once
+                del self._local[instance_id]
+                return
+            self._commit(instance_id, None, f"removing {instance_id.kind.value} {instance_id.to_path()}")
+
+    def _commit(self, key: DiscoveryInstanceId, value: DiscoveryInstance | None, action: str) -> None:
+        """Change one local record and apply the whole CR; roll back when that fails (lock held)."""
+        before = self._local.get(key)
+        if value is None:
+            self._local.pop(key, None)
+        else:
+            self._local[key] = value
+        body = worker_metadata_body(self.identity, self._local.values())
+        try:
+            stored = self._retrying(lambda: self.api.apply_worker_metadata(self.identity.cr_name, body), action)
+        except BaseException:
+            if before is None:
+                self._local.pop(key, None)
+            else:
+                self._local[key] = before
+            raise
+        self.writes += 1
+        meta = (stored.get("metadata") or {}) if isinstance(stored, dict) else {}
+        self._cr_uid = meta.get("uid", self._cr_uid)
+        if value is None:
+            self._first_seen.pop(key, None)
+        elif before is None:
+            self._first_seen[key] = parse_rv(meta.get("resourceVersion"))
+        self.daemon.set_local(self._local, self._first_seen)
+
+    def _retrying(self, call: Callable[[], T], action: str, timeout: float | None = None) -> T:
+        """``call()``, retried on transient errors for ``timeout`` (default ``write_timeout``) seconds."""
+        budget = self.write_timeout if timeout is None else timeout
+        deadline = time.monotonic() + budget
+        delay, attempts = RETRY_START, 0
+        while True:
+            attempts += 1
+            try:
+                return call()
+            except ApiException as exc:
+                if exc.status in _INVALID:
+                    raise ValidationError(f"{explain(exc, action)}; nothing was changed") from exc
+                if exc.status in _PERMANENT:
+                    raise BackendUnavailable(f"{explain(exc, action)}; nothing was changed") from exc
+                error: BaseException = exc
+            except TRANSPORT_ERRORS as exc:
+                error = exc
+            if time.monotonic() + delay > deadline:
+                raise BackendUnavailable(
+                    f"{explain(error, action)}; gave up after {attempts} attempt(s) in {budget:g} s; "
+                    "nothing was changed"
+                ) from error
+            log.warning("%s; retrying in %.2f s", explain(error, action), delay)
+            time.sleep(delay)  # retry backoff: nothing to wait on but time
+            delay = min(delay * 2, RETRY_MAX)
+
+    # -- reads --------------------------------------------------------------------------------------
+    def _view(self) -> KubeDaemon:
+        """The daemon, Ready and (with consistent reads) caught up with the API server."""
+        self.daemon.wait_ready(self.ready_timeout)
+        if self.consistent_reads:
+            self.daemon.sync(self.sync_timeout)
+            self.daemon.wait_ready(0)
+        return self.daemon
+
+    def _get(self, instance_id: DiscoveryInstanceId) -> DiscoveryInstance | None:
+        with self._metadata_lock:
+            local = self._local.get(instance_id)
+        return local if local is not None else self._view().get(instance_id)
+
+    def _list(self, query: Query) -> list[DiscoveryInstance]:
+        return self._view().records(query)
+
+    def _loses_conflict(self, model: Model, conflict: Model) -> bool:
+        # the model that appeared first (lower resourceVersion) wins: of racing writers one keeps it
+        ours = self._first_seen.get(model.id())
+        theirs = self._first_seen.get(conflict.id()) if conflict.id() in self._local else None
+        if theirs is None:
+            theirs = self.daemon.first_seen(conflict.id())
+        return ours is None or theirs is None or theirs < ours
+
+    def _open_feed(self, feed: WatchFeed) -> None:
+        self._view().open_feed(feed)
+
+    def _probe(self) -> None:
+        try:
+            self.api.list_page(self.api.worker_metadata, limit=1)
+        except (ApiException, *TRANSPORT_ERRORS) as exc:
+            raise BackendUnavailable(explain(exc, "listing DynamoWorkerMetadata")) from exc
+        if self.daemon.state is State.FAILED:
+            raise BackendUnavailable(f"Kubernetes discovery failed: {self.daemon.reason}")
+
+    def _diagnose(self, report: dict[str, Any]) -> None:
+        report.update(self.status())
+        if self.daemon.state is not State.READY:
+            report["problems"].append(f"the discovery view is {self.daemon.state.value}: {self.daemon.reason}")
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+    def _close(self) -> None:
+        with self._metadata_lock:
+            self._local.clear()
+            cr_uid, self._cr_uid = self._cr_uid, None
+        if cr_uid is not None:
+            try:
+                self._retrying(
+                    lambda: self.api.delete_worker_metadata(self.identity.cr_name, cr_uid),
+                    f"deleting DynamoWorkerMetadata {self.identity.cr_name}",
+                    timeout=min(self.write_timeout, 2.0),
+                )
+            except Exception as exc:  # the Pod ownerReference still has it garbage-collected
+                log.warning("could not delete this worker's CR at shutdown (%s); it goes with its pod", exc)
+        self.daemon.stop()
+        self.api.close()

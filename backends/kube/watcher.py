@@ -1,0 +1,170 @@
+"""List-then-watch of one resource in a named thread, reporting to the daemon through messages.
+
+The thread lists (paged), posts :class:`Listed`, then watches from the list's resourceVersion with
+bookmarks, posting :class:`Changed` and :class:`Progress`. A stream the server ends is resumed
+from the last resourceVersion; a 410 Gone (compacted history) makes it list again, which the
+daemon turns into a resync of every watch. Errors back off 250 ms doubling to 5 s, with jitter.
+Only a 401/403/404 before the first list succeeded is final (:class:`Fatal`): the CRD or RBAC is
+missing and retrying will not help. Anything unexpected is posted as :class:`Crashed`.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from .api import TRANSPORT_ERRORS, Gone, KubeApi, Resource, abort, explain
+
+log = logging.getLogger("discovery_sync.backends.kube")
+
+BACKOFF_START, BACKOFF_MAX = 0.25, 5.0
+
+
+@dataclass(frozen=True)
+class Listed:
+    """A complete list of ``resource`` at ``resource_version``; ``initial`` for the first one."""
+
+    resource: str
+    objects: dict[str, dict[str, Any]]
+    resource_version: str
+    initial: bool
+
+
+@dataclass(frozen=True)
+class Changed:
+    """One ADDED / MODIFIED / DELETED watch event."""
+
+    resource: str
+    type: str
+    object: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A BOOKMARK: every change up to ``resource_version`` has been delivered."""
+
+    resource: str
+    resource_version: str
+
+
+@dataclass(frozen=True)
+class Trouble:
+    """A transient error; the stream retries by itself."""
+
+    resource: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Fatal:
+    """The resource cannot be listed at all (CRD missing, access denied)."""
+
+    resource: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Crashed:
+    """The stream thread died of an unexpected exception."""
+
+    resource: str
+    error: BaseException
+
+
+Message = Listed | Changed | Progress | Trouble | Fatal | Crashed
+
+
+class ResourceStream:
+    """Keeps one resource's list+watch going until :meth:`stop`."""
+
+    def __init__(self, api: KubeApi, resource: Resource, post: Callable[[Message], None]) -> None:
+        self.api = api
+        self.resource = resource
+        self._post = post
+        self._stop = threading.Event()
+        self._response: Any = None
+        self._thread = threading.Thread(
+            target=self._run, name=f"discovery-sync-kube-watch-{resource.plural}", daemon=True
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._response is not None:
+            abort(self._response)
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as exc:  # a bug: the daemon must hear of it
+            if not self._stop.is_set():
+                log.exception("the watch of %s failed", self.resource.plural)
+                self._post(Crashed(self.resource.plural, exc))
+
+    def _loop(self) -> None:
+        plural = self.resource.plural
+        version: str | None = None
+        listed = False
+        delay = BACKOFF_START
+        while not self._stop.is_set():
+            try:
+                if version is None:
+                    objects, version = self.api.list_all(self.resource)
+                    self._post(Listed(plural, objects, version, initial=not listed))
+                    listed = True
+                version = self._watch(version)
+                delay = BACKOFF_START
+            except Gone as exc:
+                log.info("the watch of %s must list again: %s", plural, exc)
+                version = None
+            except (ApiException, *TRANSPORT_ERRORS) as exc:
+                if self._stop.is_set():
+                    return
+                if isinstance(exc, ApiException) and exc.status == 410:
+                    version = None
+                    continue
+                action = f"watching {plural}" if listed else f"listing {plural}"
+                message = explain(exc, action)
+                if not listed and isinstance(exc, ApiException) and exc.status in (401, 403, 404):
+                    self._post(Fatal(plural, message))
+                    return
+                log.warning("%s; retrying in %.2f s", message, delay)
+                self._post(Trouble(plural, message))
+                self._stop.wait(delay * random.uniform(0.8, 1.2))
+                delay = min(delay * 2, BACKOFF_MAX)
+
+    def _watch(self, version: str) -> str:
+        """Stream events after ``version``; returns the last resourceVersion seen when the stream ends."""
+        plural = self.resource.plural
+        for event in self.api.watch(self.resource, version, self._opened):
+            if self._stop.is_set():
+                break
+            kind = event.get("type")
+            obj = event.get("object") or {}
+            version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+            if kind == "BOOKMARK":
+                self._post(Progress(plural, version))
+            elif kind in ("ADDED", "MODIFIED", "DELETED"):
+                self._post(Changed(plural, kind, obj))
+            else:
+                log.warning("ignoring a watch event of unknown type %r on %s", kind, plural)
+        self._response = None
+        return version
+
+    def _opened(self, response: Any) -> None:
+        self._response = response
+        if self._stop.is_set():
+            abort(response)

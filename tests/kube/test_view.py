@@ -1,0 +1,199 @@
+"""The ready-gated view: readiness, ownership, pod deletion, bad data, legacy data, 410 recovery."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import discovery_sync as ds
+from tests.helpers import assert_quiet, endpoint_spec, ids, initial_state, model_spec, next_event
+from tests.kube_fake import WORKER_METADATA
+
+FIXTURE = Path("/work/shared/fixtures/legacy_v1_2_worker_metadata.json")
+QUIET = 0.5
+
+
+def owned_by(server, pod_name: str) -> list[dict]:
+    uid = server.get("pods", pod_name)["metadata"]["uid"]
+    return [{"apiVersion": "v1", "kind": "Pod", "name": pod_name, "uid": uid, "controller": True}]
+
+
+def test_a_pod_that_stops_being_ready_leaves_the_view_and_comes_back(server, pod_client):
+    worker, reader = pod_client("worker-a"), pod_client("reader")
+    endpoint, model = worker.register(endpoint_spec()), worker.register(model_spec())
+    with reader.list_and_watch(ds.Query.endpoints()) as watch:
+        _, resync = initial_state(watch)
+        assert resync.instances == (endpoint,)
+        server.set_pod_ready("worker-a", False)
+        assert next_event(watch) == ds.Removed(endpoint.id())
+        assert reader.list(ds.Query.endpoints()) == [] and reader.list(ds.Query.models()) == []
+        # a pod still sees its own records, ready or not
+        assert worker.list(ds.Query.endpoints()) == [endpoint]
+        server.set_pod_ready("worker-a", True)
+        assert next_event(watch) == ds.Added(endpoint)
+        assert reader.list(ds.Query.models()) == [model]
+        assert_quiet(watch, QUIET)
+
+
+def test_deleting_a_pod_collects_its_cr_and_removes_its_records(server, pod_client):
+    worker, reader = pod_client("worker-a"), pod_client("reader")
+    records = [worker.register(endpoint_spec(endpoint=f"ep{i}")) for i in range(3)]
+    with reader.list_and_watch(ds.Query.endpoints()) as watch:
+        initial_state(watch)
+        server.delete_pod("worker-a", graceful=True)
+        assert {next_event(watch) for _ in records} == {ds.Removed(r.id()) for r in records}
+        assert server.get(WORKER_METADATA, "worker-a") is None  # garbage-collected through the ownerReference
+        assert reader.list(ds.Query.endpoints()) == []
+        assert_quiet(watch, QUIET)
+
+
+def test_two_ready_uids_for_one_name_exclude_the_worker(server, pod_client):
+    worker, reader = pod_client("worker-a"), pod_client("reader")
+    endpoint = worker.register(endpoint_spec())
+    with reader.list_and_watch(ds.Query.endpoints()) as watch:
+        initial_state(watch)
+        server.upsert_endpoint_slice("stale", [("worker-a", "uid-of-the-previous-pod", True)])
+        assert next_event(watch) == ds.Removed(endpoint.id())
+        server.delete_endpoint_slice("stale")
+        assert next_event(watch) == ds.Added(endpoint)
+
+
+def test_incomplete_or_unready_slice_endpoints_do_not_count(server, pod_client):
+    reader = pod_client("reader")
+    server.create_pod("ghost", ready=False)
+    uid = server.get("pods", "ghost")["metadata"]["uid"]
+    data = {"endpoints": {"x": endpoint_spec().to_instance(1).to_dict()}}
+    server.upsert(
+        WORKER_METADATA,
+        {"metadata": {"name": "ghost", "ownerReferences": owned_by(server, "ghost")}, "spec": {"data": data}},
+    )
+    with reader.list_and_watch(ds.Query.endpoints()) as watch:
+        assert next_event(watch) == ds.Resync(())
+        server.upsert_endpoint_slice("partial", [("ghost", None, True), (None, uid, True)])
+        assert_quiet(watch, QUIET)
+        server.upsert_endpoint_slice("partial", [("ghost", uid, True)])
+        assert next_event(watch) == ds.Added(endpoint_spec().to_instance(1))
+
+
+def test_a_cr_owned_by_another_pod_uid_is_not_served(server, pod_client):
+    reader = pod_client("reader")
+    server.create_pod("worker-a")
+    stale_owner = [{"apiVersion": "v1", "kind": "Pod", "name": "worker-a", "uid": "previous-incarnation"}]
+    data = {"endpoints": {"x": endpoint_spec().to_instance(1).to_dict()}}
+    server.upsert(
+        WORKER_METADATA, {"metadata": {"name": "worker-a", "ownerReferences": stale_owner}, "spec": {"data": data}}
+    )
+    assert reader.list(ds.Query.endpoints()) == []
+    server.upsert(
+        WORKER_METADATA,
+        {"metadata": {"name": "worker-a", "ownerReferences": owned_by(server, "worker-a")}, "spec": {"data": data}},
+    )
+    assert reader.list(ds.Query.endpoints()) == [endpoint_spec().to_instance(1)]
+
+
+def test_unparsable_data_keeps_the_last_valid_records_while_the_uids_hold(server, pod_client):
+    worker, reader = pod_client("worker-a"), pod_client("reader")
+    endpoint = worker.register(endpoint_spec())
+    cr = server.get(WORKER_METADATA, "worker-a")
+    with reader.list_and_watch(ds.Query.endpoints()) as watch:
+        initial_state(watch)
+        for data in (None, ["not", "maps"], {"endpoints": "nope"}):
+            server.upsert(WORKER_METADATA, {**cr, "spec": {"data": data}})
+            assert_quiet(watch, QUIET / 2)
+            assert reader.list(ds.Query.endpoints()) == [endpoint]
+        # one bad record keeps its last value; a good new one next to it is taken
+        fresh = endpoint_spec(endpoint="fresh").to_instance(worker.instance_id)
+        bad = {endpoint.id().to_path(): {"type": "Endpoint"}, fresh.id().to_path(): fresh.to_dict()}
+        server.upsert(WORKER_METADATA, {**cr, "spec": {"data": {"endpoints": bad}}})
+        assert next_event(watch) == ds.Added(fresh)
+        assert set(reader.list(ds.Query.endpoints())) == {endpoint, fresh}
+        # a new object (new uid) under the same name starts from nothing
+        recreated = {**cr, "metadata": {**cr["metadata"], "uid": "new-uid"}, "spec": {"data": None}}
+        server.upsert(WORKER_METADATA, recreated)
+        assert {next_event(watch), next_event(watch)} == {ds.Removed(endpoint.id()), ds.Removed(fresh.id())}
+
+
+def test_the_legacy_v1_2_document_is_read(server, pod_client):
+    reader = pod_client("reader")
+    server.create_pod("legacy-worker")
+    legacy = json.loads(FIXTURE.read_text())
+    legacy["metadata"]["ownerReferences"] = owned_by(server, "legacy-worker")
+    server.upsert(WORKER_METADATA, legacy)
+    (endpoint,) = reader.list(ds.Query.endpoints("dynamo"))
+    assert (endpoint.instance_id, endpoint.transport.to_json_value()) == (42, {"nats_tcp": "dynamo.backend.generate"})
+    (model,) = reader.list(ds.Query.models("dynamo", "backend", "generate"))
+    assert model.model_suffix is None and model.card_json == {"display_name": "Qwen/Qwen3-0.6B"}
+    channels = {c.topic: c for c in reader.list(ds.Query.event_channels())}
+    assert channels["kv-events"].scope == ds.EventScope.for_component("dynamo", "backend")
+    assert channels["kv_metrics"].scope == ds.EventScope.for_namespace("dynamo")
+    assert channels["kv_metrics"].transport.address() == "namespace.dynamo"
+    assert reader.list(ds.Query.event_sources()) == []
+
+
+def test_missed_changes_and_a_resync_after_the_history_was_compacted(server, pod_client):
+    writer, watcher = pod_client("writer"), pod_client("watcher")
+    gone = writer.register(endpoint_spec(endpoint="gone"))
+    model = writer.register(model_spec())
+    with watcher.list_and_watch(ds.Query.endpoints()) as endpoints, watcher.list_and_watch(ds.Query.models()) as models:
+        initial_state(endpoints)
+        initial_state(models)
+        # the watches go away and cannot come back while the writer changes things
+        server.deny("dynamoworkermetadatas", "watch")
+        server.end_watches()
+        fresh = writer.register(endpoint_spec(endpoint="fresh"))
+        writer.unregister(gone)
+        tainted = writer.update_model_taints(model.id(), ["gpu=a100"])
+        server.compact()  # ... and the history they would resume from is gone: 410, list again
+        server.allow("dynamoworkermetadatas", "watch")
+        assert {next_event(endpoints), next_event(endpoints)} == {ds.Added(fresh), ds.Removed(gone.id())}
+        assert next_event(endpoints) == ds.Resync((fresh,))
+        assert next_event(models) == ds.ModelTaintsUpdated(model.id(), ("gpu=a100",))
+        assert next_event(models) == ds.Resync((tainted,))
+        assert watcher.daemon.status()["resyncs"] >= 1
+        # and the watches go on
+        later = writer.register(endpoint_spec(endpoint="later"))
+        assert next_event(endpoints) == ds.Added(later)
+        assert_quiet(models, QUIET)
+    assert ids(watcher.list(ds.Query.endpoints())) == {fresh.id(), later.id()}
+
+
+def test_container_mode_readiness_is_per_container(server, connect_as):
+    pod = server.create_pod("pod-a", containers=("main", "sidecar"))
+    uid = pod["metadata"]["uid"]
+    main = connect_as(pod_name="pod-a", pod_uid=uid, mode="container", container_name="main")
+    sidecar = connect_as(pod_name="pod-a", pod_uid=uid, mode="container", container_name="sidecar")
+    reader_pod = server.create_pod("reader")
+    reader = connect_as(
+        pod_name="reader", pod_uid=reader_pod["metadata"]["uid"], mode="container", container_name="main"
+    )
+    main_endpoint = main.register(endpoint_spec(endpoint="main"))
+    sidecar_endpoint = sidecar.register(endpoint_spec(endpoint="sidecar"))
+    assert main_endpoint.instance_id != sidecar_endpoint.instance_id
+    with reader.list_and_watch(ds.Query.endpoints()) as watch:
+        _, resync = initial_state(watch)
+        assert set(resync.instances) == {main_endpoint, sidecar_endpoint}
+        server.set_pod_ready("pod-a", False, container="sidecar")
+        assert next_event(watch) == ds.Removed(sidecar_endpoint.id())
+        assert reader.list(ds.Query.endpoints()) == [main_endpoint]
+        server.set_pod_ready("pod-a", True, container="sidecar")
+        assert next_event(watch) == ds.Added(sidecar_endpoint)
+
+
+def test_check_connection_names_the_fix(server, pod_client):
+    client = pod_client("worker-0")
+    client.list(ds.Query.endpoints())  # the daemon is Ready: the probe alone is being tested
+    client.check_connection()
+    probes = [r for r in server.requests if r.path.endswith("/dynamoworkermetadatas") and r.query.get("limit") == "1"]
+    assert len(probes) == 1
+    server.deny("dynamoworkermetadatas", "list")
+    with pytest.raises(ds.BackendUnavailable) as denied:
+        client.check_connection()
+    assert "403" in str(denied.value) and "access denied: grant the RBAC in deploy/" in str(denied.value)
+    server.allow("dynamoworkermetadatas", "list")
+    client.check_connection()
+    server.set_crd_installed(False)
+    with pytest.raises(ds.BackendUnavailable) as missing:
+        client.check_connection()
+    assert "404" in str(missing.value) and "install the DynamoWorkerMetadata CRD" in str(missing.value)
