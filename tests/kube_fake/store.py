@@ -353,14 +353,7 @@ class Store:
             self._check_rv(rt, name, old, wanted)
             if meta.get("uid") and meta["uid"] != old["metadata"]["uid"]:
                 raise _uid_mismatch(rt, name, meta["uid"], old)
-            body = copy.deepcopy(body)
-            if rt.status_subresource:
-                body["status"] = copy.deepcopy(old.get("status"))
-            obj = self._finalize(rt, namespace, name, old, body)
-            if validate:
-                validate_custom(rt, obj)
-            obj["metadata"]["managedFields"] = record_update(old, obj, manager, rt.api_version, now())
-            return self._write(rt, old, obj, dry_run)
+            return self._update(rt, namespace, name, old, copy.deepcopy(body), manager, validate, dry_run)
 
     def merge_patch(
         self,
@@ -378,14 +371,27 @@ class Store:
         with self._lock:
             old = self.get(rt, namespace, name)
             self._check_rv(rt, name, old, _meta(patch).get("resourceVersion"))
-            patched = merge_patch(old, patch)
-            if rt.status_subresource:
-                patched["status"] = copy.deepcopy(old.get("status"))
-            obj = self._finalize(rt, namespace, name, old, patched)
-            if validate:
-                validate_custom(rt, obj)
-            obj["metadata"]["managedFields"] = record_update(old, obj, manager, rt.api_version, now())
-            return self._write(rt, old, obj, dry_run)
+            return self._update(rt, namespace, name, old, merge_patch(old, patch), manager, validate, dry_run)
+
+    def _update(
+        self,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        old: dict[str, Any],
+        obj: dict[str, Any],
+        manager: str,
+        validate: bool,
+        dry_run: bool,
+    ) -> dict[str, Any]:
+        """Store ``obj`` (a fresh copy) as the update of ``old`` by ``manager`` (lock held)."""
+        if rt.status_subresource:
+            obj["status"] = copy.deepcopy(old.get("status"))  # status is a subresource: not updated here
+        obj = self._finalize(rt, namespace, name, old, obj)
+        if validate:
+            validate_custom(rt, obj)
+        obj["metadata"]["managedFields"] = record_update(old, obj, manager, rt.api_version, now())
+        return self._write(rt, old, obj, dry_run)
 
     def apply(
         self,
