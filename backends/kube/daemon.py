@@ -35,11 +35,12 @@ from discovery_sync.events import Removed
 from discovery_sync.identity import DiscoveryInstanceId
 from discovery_sync.model import DiscoveryInstance
 from discovery_sync.queries import Query
-from discovery_sync.reconcile import diff
+from discovery_sync.reconcile import apply
 from discovery_sync.watch import WatchFeed
 
 from .api import TRANSPORT_ERRORS, KubeApi, Resource, explain
-from .view import WorkerEntry, is_served, parse_rv, ready_from_pods, ready_from_slices, served_records, update_entry
+from .served import ServedSet
+from .view import Readiness, WorkerEntry, is_served, parse_rv, ready_from_pods, ready_from_slices, update_entry
 from .watcher import Changed, Crashed, Fatal, Listed, Message, Progress, ResourceStream, Trouble
 
 log = logging.getLogger("discovery_sync.backends.kube")
@@ -104,8 +105,8 @@ class KubeDaemon:
         self._readiness = ResourceCache(api.pods if mode == "container" else api.endpoint_slices)
         self._caches = {c.resource.plural: c for c in (self._crs, self._readiness)}
         self._entries: dict[str, WorkerEntry] = {}
-        self._local: dict[DiscoveryInstanceId, DiscoveryInstance] = {}
-        self._local_seen: dict[DiscoveryInstanceId, int | None] = {}
+        self._readiness_map: Readiness = {}
+        self._serving = ServedSet(exclude=own_cr_name)
         self._served: dict[DiscoveryInstanceId, DiscoveryInstance] = {}
         self._first_seen: dict[DiscoveryInstanceId, int | None] = {}
         self._feeds = FeedSet()
@@ -219,7 +220,7 @@ class KubeDaemon:
 
     def status(self) -> dict[str, Any]:
         with self._lock:
-            ready = self._ready()
+            ready = self._readiness_map
             return {
                 "state": self.state.value,
                 "reason": self.reason,
@@ -238,9 +239,9 @@ class KubeDaemon:
     ) -> None:
         """This pod's records changed (after a successful write): update the view and the feeds."""
         with self._changed:
-            self._local, self._local_seen = dict(records), dict(seen)
+            touched = self._serving.set_local(records, seen)
             if self.state is not State.FAILED:
-                self._refresh(resync=False)
+                self._publish(touched, resync=False)
             self._changed.notify_all()
 
     # -- the daemon thread --------------------------------------------------------------------------
@@ -283,11 +284,14 @@ class KubeDaemon:
                 self._entries = {
                     name: update_entry(self._entries.get(name), obj) for name, obj in message.objects.items()
                 }
+                touched = self._serve_all()
+            else:
+                touched = self._readiness_changed()
             resync = not message.initial and self.state is State.READY
             if resync:
                 self.resyncs += 1
                 log.info("listed %s again; resynchronising %d watch(es)", message.resource, len(self._feeds))
-            self._refresh(resync=resync)
+            self._publish(touched, resync=resync)
             if self.state is State.PENDING and all(c.listed for c in self._caches.values()):
                 self.state = State.READY
                 self.last_error = ""
@@ -305,22 +309,48 @@ class KubeDaemon:
             cache.objects[name] = obj
             if cache is self._crs:
                 self._entries[name] = update_entry(self._entries.get(name), obj)
-        self._refresh(resync=False)
+        self._publish(self._serve(name) if cache is self._crs else self._readiness_changed(), resync=False)
 
-    def _ready(self) -> dict[str, set[str]]:
+    # One change re-serves only the workers it concerns, so delivery does not slow down with the
+    # size of the namespace; a new list re-serves them all.
+    def _serve(self, name: str) -> set[DiscoveryInstanceId]:
+        """Serve worker ``name`` or not, by its CR and readiness now; the record ids that may have changed."""
+        entry = self._entries.get(name)
+        served = entry is not None and is_served(entry, self._readiness_map)
+        return self._serving.set_worker(name, entry if served else None)
+
+    def _serve_all(self) -> set[DiscoveryInstanceId]:
+        touched = self._serving.clear_workers()
+        for name in self._entries:
+            touched |= self._serve(name)
+        return touched
+
+    def _readiness_changed(self) -> set[DiscoveryInstanceId]:
         objects = self._readiness.objects.values()
-        return ready_from_pods(objects) if self.mode == "container" else ready_from_slices(objects)
+        ready = ready_from_pods(objects) if self.mode == "container" else ready_from_slices(objects)
+        before, self._readiness_map = self._readiness_map, ready
+        touched: set[DiscoveryInstanceId] = set()
+        for name in before.keys() | ready.keys():
+            if before.get(name) != ready.get(name):
+                touched |= self._serve(name)
+        return touched
 
-    def _refresh(self, *, resync: bool) -> None:
-        """Recompute the served records; publish the differences (or reconcile every feed)."""
-        computed, self._first_seen = served_records(
-            self._entries,
-            self._ready(),
-            exclude=self.own_cr_name,
-            local=self._local,
-            local_seen=self._local_seen,
-        )
-        events, self._served = diff(self._served, computed)
+    def _publish(self, touched: set[DiscoveryInstanceId], *, resync: bool) -> None:
+        """Bring the served records of ``touched`` up to date; publish the events (or reconcile every feed)."""
+        events = []
+        for key in sorted(touched, key=lambda k: (k.kind.value, k.to_path())):
+            candidate = self._serving.candidate(key)
+            old = self._served.get(key)
+            if candidate is None:
+                if old is not None:
+                    del self._served[key]
+                    self._first_seen.pop(key, None)
+                    events.append(Removed(key))
+                continue
+            record, self._first_seen[key] = candidate
+            self._served[key], event, _ = apply(old, record)
+            if event is not None:
+                events.append(event)
         if resync:
             for feed in self._feeds.current():
                 feed.reconcile(self._served.values(), force_resync=True)

@@ -111,29 +111,3 @@ def update_entry(previous: WorkerEntry | None, cr: Mapping[str, Any]) -> WorkerE
 def is_served(entry: WorkerEntry, ready: Readiness) -> bool:
     uids = ready.get(entry.name)
     return bool(uids) and len(uids) == 1 and entry.owner_uid in uids  # type: ignore[operator]
-
-
-def served_records(
-    entries: Mapping[str, WorkerEntry],
-    ready: Readiness,
-    *,
-    exclude: str | None = None,
-    local: Mapping[DiscoveryInstanceId, DiscoveryInstance] | None = None,
-    local_seen: Mapping[DiscoveryInstanceId, int | None] | None = None,
-) -> tuple[dict[DiscoveryInstanceId, DiscoveryInstance], dict[DiscoveryInstanceId, int | None]]:
-    """The records readers see, and the version each first appeared at.
-
-    ``local`` (this pod's own records, under CR name ``exclude``) are always included and take
-    precedence; the same id in several CRs is taken from the first CR by name.
-    """
-    records = dict(local or {})
-    seen: dict[DiscoveryInstanceId, int | None] = {key: (local_seen or {}).get(key) for key in records}
-    for name in sorted(entries):
-        entry = entries[name]
-        if name == exclude or not is_served(entry, ready):
-            continue
-        for key, record in entry.records.items():
-            if key not in records:
-                records[key] = record
-                seen[key] = entry.first_seen.get(key)
-    return records, seen

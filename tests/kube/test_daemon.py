@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import queue
+import threading
+
 import pytest
 from discovery_sync.backends.kube.daemon import THREAD_NAME, State
 
@@ -34,6 +37,28 @@ def test_a_view_that_never_becomes_ready_times_out_with_the_last_error(server, p
     assert client.status()["state"] == "Pending"
 
 
+def test_shutdown_cancels_reads_waiting_for_ready(server, pod_client):
+    server.fail_next(10_000, 500, resource="endpointslices", verb="list")
+    client = pod_client("worker-0", ready_timeout=60)
+    outcome: queue.Queue[BaseException | None] = queue.Queue()
+
+    def read() -> None:
+        try:
+            client.list(ds.Query.endpoints())
+            outcome.put(None)
+        except BaseException as exc:
+            outcome.put(exc)
+
+    reader = threading.Thread(target=read, name="test-reader", daemon=True)
+    reader.start()
+    server.wait_for_request(lambda r: r.path == SLICES and r.query.get("watch") != "true")
+    assert client.daemon.state is State.PENDING
+    client.shutdown()
+    failure = outcome.get(timeout=10)  # long before the 60 s ready timeout
+    assert isinstance(failure, ds.BackendUnavailable) and "stopped" in str(failure)
+    assert client.daemon.state is State.STOPPED
+
+
 def test_a_missing_crd_fails_the_daemon_clearly(server, pod_client):
     server.set_crd_installed(False)
     client = pod_client("worker-0")
@@ -59,10 +84,10 @@ def test_a_bug_in_the_daemon_fails_every_watch_and_every_read(pod_client):
     watch = watcher.list_and_watch(ds.Query.endpoints())
     initial_state(watch)
 
-    def broken() -> dict:
+    def broken(name: str) -> set:
         raise RuntimeError("boom")
 
-    watcher.daemon._ready = broken  # the next change the daemon applies hits the bug
+    watcher.daemon._serve = broken  # the next change the daemon applies hits the bug
     writer.register(endpoint_spec())
     with pytest.raises(ds.WatchFailed, match="boom") as failed:
         watch.get(timeout=10)

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 import discovery_sync as ds
 from tests.helpers import assert_quiet, endpoint_spec, ids, initial_state, model_spec, next_event
 from tests.kube_fake import WORKER_METADATA
+from tests.unit.test_fixture import fixtures_dir
 
-FIXTURE = Path("/work/shared/fixtures/legacy_v1_2_worker_metadata.json")
+FIXTURE = fixtures_dir() / "legacy_v1_2_worker_metadata.json"
 QUIET = 0.5
 
 
@@ -197,3 +197,27 @@ def test_check_connection_names_the_fix(server, pod_client):
     with pytest.raises(ds.BackendUnavailable) as missing:
         client.check_connection()
     assert "404" in str(missing.value) and "install the DynamoWorkerMetadata CRD" in str(missing.value)
+
+
+def test_a_lagging_consumer_gets_the_missed_changes_and_a_resync(pod_client):
+    client = pod_client("worker-0")
+    with client.list_and_watch(ds.Query.endpoints(), queue_size=4) as watch:
+        assert next_event(watch) == ds.Resync(())
+        # own writes reach the view (and its watches) before register() returns
+        registered = [client.register(endpoint_spec(endpoint=f"e{i}")) for i in range(20)]
+        for record in registered[:5]:
+            client.unregister(record)
+        expected = {r.id(): r for r in registered[5:]}
+        events = []
+        while not events or not isinstance(events[-1], ds.Resync):
+            events.append(next_event(watch))
+        assert {i.id(): i for i in events[-1].instances} == expected
+        state: dict = {}
+        for event in events[:-1]:
+            if isinstance(event, ds.Added):
+                state[event.instance.id()] = event.instance
+            else:
+                state.pop(event.id)
+        assert state == expected
+        assert len(events) < 1 + 25  # it lagged: not every change came through one by one
+        assert_quiet(watch, QUIET)

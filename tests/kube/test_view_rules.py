@@ -8,12 +8,8 @@ import pytest
 from discovery_sync.backends.kube.api import Resource
 from discovery_sync.backends.kube.daemon import ResourceCache
 from discovery_sync.backends.kube.metadata import spec_data
-from discovery_sync.backends.kube.view import (
-    ready_from_pods,
-    ready_from_slices,
-    served_records,
-    update_entry,
-)
+from discovery_sync.backends.kube.served import served_records
+from discovery_sync.backends.kube.view import ready_from_pods, ready_from_slices, update_entry
 
 from tests.helpers import endpoint_spec, model_spec
 

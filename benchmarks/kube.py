@@ -1,0 +1,168 @@
+"""The Kubernetes backend's numbers through the fake API server, printed as one JSON object.
+
+    .venv/bin/python -m benchmarks.kube [--events 300] [--sizes 250,500,1000,2000]
+
+Run from the repository root: the fake API server is test code (``tests/kube_fake``), so this
+lives beside the tests rather than in the installed ``discovery-sync bench``.
+
+* ``initial_sync``: N workers (a ready Pod and a DynamoWorkerMetadata with one endpoint each)
+  exist; a new client connects and ``list_and_watch`` runs until its ``Resync``. Also the time of
+  one ``list()`` afterwards with consistent reads (the default: two LISTs to check the view is
+  current) and without (the daemon's view as it is).
+* ``delivery``: a writer process registers (and unregisters) endpoints stamped with the send
+  time; a watcher in this process times each ``Added``. Measured in an empty namespace and next
+  to 1,000 other workers, because every change recomputes the served view.
+
+The fake server runs in this process, so it shares the watcher's interpreter (and GIL): the
+numbers are an upper bound for a real API server, whose own latency is not modelled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import orjson
+from discovery_sync.backends.kube.identity import PodIdentity
+from discovery_sync.backends.kube.metadata import worker_metadata_body
+from discovery_sync.tools.bench import _summary, _timed
+
+import discovery_sync as ds
+from tests.kube_fake import PODS, WORKER_METADATA, FakeKubeServer
+from tests.kube_fake.objects import build_pod
+
+NAMESPACE = "default"
+
+
+def _url(kubeconfig: Path, pod: dict[str, Any], **options: Any) -> str:
+    settings = {
+        "pod_name": pod["metadata"]["name"],
+        "pod_uid": pod["metadata"]["uid"],
+        "namespace": NAMESPACE,
+        "kubeconfig": str(kubeconfig),
+        "podinfo_dir": str(kubeconfig.parent / "no-podinfo"),
+        **options,
+    }
+    return "kube://?" + urlencode(settings)
+
+
+def _populate(server: FakeKubeServer, workers: int) -> None:
+    """``workers`` ready pods in one EndpointSlice, each with a CR holding one endpoint."""
+    targets = []
+    for i in range(workers):
+        name = f"bg-{i}"
+        pod = server.upsert(PODS, build_pod(name, NAMESPACE, str(uuid.uuid4()), ("main",), True, {}))
+        identity = PodIdentity(name, pod["metadata"]["uid"], NAMESPACE)
+        endpoint = ds.Endpoint(
+            "bench", "background", f"e{i}", identity.instance_id, ds.Transport.tcp(f"10.0.{i // 250}.{i % 250}:9000")
+        )
+        server.upsert(
+            WORKER_METADATA,
+            {
+                **worker_metadata_body(identity, [endpoint]),
+                "metadata": {"name": name, "namespace": NAMESPACE, "ownerReferences": [identity.owner_reference()]},
+            },
+        )
+        targets.append((name, pod["metadata"]["uid"], True))
+    server.upsert_endpoint_slice("background", targets)
+
+
+def _warm_up(base: Path) -> None:
+    """One client through the whole path first, so no measurement pays for imports."""
+    with FakeKubeServer() as server:
+        url = _url(server.write_kubeconfig(base / "kubeconfig-warm-up"), server.create_pod("warm-up"))
+        with ds.connect(url) as client:
+            client.list(ds.Query.endpoints())
+
+
+def bench_initial_sync(base: Path, sizes: list[int]) -> list[dict[str, Any]]:
+    _warm_up(base)
+    results = []
+    for size in sizes:
+        with FakeKubeServer(bookmark_interval=1.0, history_limit=10 * size) as server:
+            _populate(server, size)
+            kubeconfig = server.write_kubeconfig(base / f"kubeconfig-{size}")
+            reader_pod = server.create_pod("reader")
+            start = time.perf_counter()
+            with ds.connect(_url(kubeconfig, reader_pod)) as reader:
+                added = 0
+                with reader.list_and_watch(ds.Query.endpoints()) as watch:
+                    while not isinstance(event := watch.get(timeout=120), ds.Resync):
+                        added += isinstance(event, ds.Added)
+                elapsed = (time.perf_counter() - start) * 1000
+                assert added == size, f"{added} of {size} workers were served"
+                consistent = statistics.median(_timed(lambda: reader.list(ds.Query.endpoints())) for _ in range(5))
+            with ds.connect(_url(kubeconfig, reader_pod, consistent_reads="false")) as cached_reader:
+                assert len(cached_reader.list(ds.Query.endpoints())) == size
+                cached = statistics.median(_timed(lambda: cached_reader.list(ds.Query.endpoints())) for _ in range(5))
+        results.append(
+            {
+                "workers": size,
+                "sync_ms": round(elapsed, 1),
+                "us_per_worker": round(elapsed * 1000 / size, 1),
+                "list_consistent_ms": round(consistent, 2),
+                "list_cached_ms": round(cached, 3),
+            }
+        )
+    return results
+
+
+def bench_delivery(base: Path, events: int, background: int) -> dict[str, Any]:
+    with FakeKubeServer(auto_endpoint_slices=True, bookmark_interval=1.0, history_limit=10 * events) as server:
+        _populate(server, background)
+        kubeconfig = server.write_kubeconfig(base / f"kubeconfig-delivery-{background}")
+        writer_url = _url(kubeconfig, server.create_pod("writer"))
+        watcher_url = _url(kubeconfig, server.create_pod("watcher"))
+        writer = subprocess.Popen(
+            [sys.executable, "-m", "discovery_sync.tools.bench_writer", writer_url, str(events), "0.002", "churn"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        latencies: list[float] = []
+        try:
+            assert writer.stdout.readline().strip() == "ready"
+            with ds.connect(watcher_url) as watcher, watcher.list_and_watch(ds.Query.endpoints("bench", "writer")) as w:
+                assert isinstance(w.get(timeout=60), ds.Resync)
+                writer.stdin.write("go\n")
+                writer.stdin.flush()
+                while len(latencies) < events:
+                    event = w.get(timeout=30)
+                    now = time.monotonic_ns()
+                    if isinstance(event, ds.Added):
+                        stamp = int(event.instance.transport.value.rsplit("/", 1)[1])
+                        latencies.append((now - stamp) / 1e6)
+            writer.stdin.write("done\n")
+            writer.stdin.flush()
+            writer.wait(30)
+        finally:
+            if writer.poll() is None:
+                writer.kill()
+    return {"background_workers": background, **_summary(latencies)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--events", type=int, default=300)
+    parser.add_argument("--sizes", default="250,500,1000,2000")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="discovery-sync-bench-kube-") as scratch:
+        base = Path(scratch)
+        result = {
+            "backend": "kube (fake API server, same process)",
+            "initial_sync": bench_initial_sync(base, [int(s) for s in args.sizes.split(",")]),
+            "delivery": [bench_delivery(base, args.events, background) for background in (0, 1000)],
+        }
+    sys.stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+if __name__ == "__main__":
+    main()
