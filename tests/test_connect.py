@@ -68,7 +68,7 @@ def test_memory_clients_share_a_named_registry():
 
 
 def test_importing_the_package_pulls_in_no_backend_library():
-    heavy = "('requests', 'kubernetes', 'watchdog', 'filelock')"
+    heavy = "('requests', 'kubernetes', 'watchdog')"
     code = f"import sys, discovery_sync; print(sorted(m for m in {heavy} if m in sys.modules))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.stdout.strip() == "[]", result.stderr

@@ -12,8 +12,13 @@ from .layout import StoreLayout, default_root
 
 __all__ = ["FileDiscovery", "StoreLayout", "default_root", "from_url"]
 
-_MODES = {"local": {}, "shared": {"observer": "polling", "lock": "soft"}}
-_FLOAT_OPTIONS = ("ttl", "rescan_interval", "poll_interval", "lock_timeout")
+# auto: by the filesystem (network filesystems get polling and soft locks, see .mounts)
+_MODES = {
+    "auto": {},
+    "local": {"observer": "inotify", "lock": "hard"},
+    "shared": {"observer": "polling", "lock": "soft"},
+}
+_FLOAT_OPTIONS = ("ttl", "rescan_interval", "poll_interval", "lock_timeout", "lock_stale")
 
 
 def env_ttl() -> float:
@@ -35,7 +40,7 @@ def from_url(netloc: str, path: str, options: dict[str, Any]) -> FileDiscovery:
     if netloc not in ("", "localhost"):
         raise ValidationError(f"file URLs name a local path (file:///path), not a host: {netloc!r}")
     options = dict(options)
-    mode = options.pop("mode", "local")
+    mode = options.pop("mode", "auto")
     if mode not in _MODES:
         raise ValidationError(f"file store mode {mode!r} is not valid: use one of {', '.join(_MODES)}")
     settings: dict[str, Any] = {**_MODES[mode], "ttl": env_ttl()}

@@ -16,6 +16,7 @@ import logging
 import os
 import secrets
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +34,10 @@ from discovery_sync.watch import WatchFeed
 from .doctor import diagnose_store
 from .layout import StoreLayout
 from .locks import StoreLocks
+from .mounts import choose_modes
 from .notify import DirectoryNotifier
-from .records import read_record, remove_record, touch_record, write_record
+from .records import read_record, refresh_listing, remove_record, touch_record, write_record
+from .softlock import DEFAULT_STALE_AFTER
 from .view import BucketView, Entry, Version
 
 log = logging.getLogger("discovery_sync.backends.file")
@@ -50,11 +53,15 @@ class FileDiscovery(Discovery):
 
     :param root: the store directory (created if missing).
     :param ttl: seconds a record survives without a heartbeat (as judged by each reader).
-    :param observer: ``inotify`` (one host) or ``polling`` (network filesystems).
-    :param lock: ``hard`` (flock) or ``soft`` (O_EXCL marker files, for network filesystems).
+    :param observer: ``inotify`` (one host) or ``polling`` (network filesystems); default: polling
+        on a network filesystem (nfs, cifs, fuse.sshfs, …, from /proc/self/mountinfo), else inotify.
+    :param lock: ``hard`` (flock) or ``soft`` (O_EXCL marker files, for network filesystems);
+        default: soft on a network filesystem, else hard.
     :param rescan_interval: seconds between full rescans (default: min(2, ttl/3)).
     :param poll_interval: seconds between directory polls of the polling observer.
-    :param lock_timeout: seconds to wait for a store lock before LockTimeout.
+    :param lock_timeout: seconds to wait for a store lock before LockTimeout (default 10 s for hard
+        locks, 3 x ``lock_stale`` for soft ones, so a waiter outlives a dead holder's marker).
+    :param lock_stale: seconds an unchanged soft-lock marker is respected before it is broken.
     """
 
     backend_name = "file"
@@ -64,11 +71,12 @@ class FileDiscovery(Discovery):
         root: str | os.PathLike[str],
         *,
         ttl: float = DEFAULT_TTL,
-        observer: str = "inotify",
-        lock: str = "hard",
+        observer: str | None = None,
+        lock: str | None = None,
         rescan_interval: float | None = None,
         poll_interval: float = 0.5,
-        lock_timeout: float = 10.0,
+        lock_timeout: float | None = None,
+        lock_stale: float = DEFAULT_STALE_AFTER,
         instance_id: int | None = None,
     ) -> None:
         super().__init__()
@@ -79,8 +87,12 @@ class FileDiscovery(Discovery):
         self.heartbeat_interval = max(min(self.ttl, REFERENCE_TTL) / 3, 0.25)
         self.rescan_interval = rescan_interval if rescan_interval is not None else min(2.0, self.ttl / 3)
         self._instance_id = instance_id if instance_id is not None else secrets.randbits(64)
-        self._locks = StoreLocks(lock, lock_timeout)
+        observer, lock = choose_modes(self.layout.root, observer, lock)
+        if lock_timeout is None:
+            lock_timeout = 3 * lock_stale if lock == "soft" else 10.0
+        self._locks = StoreLocks(lock, lock_timeout, lock_stale)
         self._notifier = DirectoryNotifier(observer, poll_interval)
+        self._poll_interval = poll_interval
         try:
             self.layout.ensure()
         except OSError as exc:
@@ -167,14 +179,19 @@ class FileDiscovery(Discovery):
         view = self._views[query.kind]
         prefix = self.layout.name_prefix(query)
         try:
-            view.refresh(prefix, quick=True)
+            view.refresh(prefix, quick=self._locks.mode == "hard")
         except OSError as exc:
             raise BackendUnavailable(f"cannot read {view.directory}: {exc}") from exc
         return view.valid(prefix, skip=self._owned_names(query.kind))
 
-    def _store_lock(self, kind: RecordKind, key: str) -> contextlib.AbstractContextManager[Any]:
+    @contextlib.contextmanager
+    def _store_lock(self, kind: RecordKind, key: str) -> Iterator[None]:
         # the whole bucket, as reference workers lock it for every change they make
-        return self._locks.hold(self.layout.buckets[kind], self.layout.lock_path(kind.bucket))
+        directory = self.layout.buckets[kind]
+        with self._locks.hold(directory, self.layout.lock_path(kind.bucket)):
+            if self._locks.mode == "soft":
+                refresh_listing(directory)
+            yield
 
     def _open_feed(self, feed: WatchFeed) -> None:
         self._ensure_notifier()
@@ -196,7 +213,9 @@ class FileDiscovery(Discovery):
             raise BackendUnavailable(f"cannot read the file store at {self.layout.root}: {exc}") from exc
 
     def _diagnose(self, report: dict[str, Any]) -> None:
-        details = diagnose_store(self.layout, self._notifier.kind, self._locks.mode, self.ttl)
+        details = diagnose_store(
+            self.layout, self._notifier.kind, self._locks.mode, self.ttl, self.heartbeat_interval, self._poll_interval
+        )
         report["problems"].extend(details.pop("problems"))
         report.update(details)
 
@@ -223,6 +242,7 @@ class FileDiscovery(Discovery):
         self._heartbeat.stop()
         self._rescanner.stop()
         self._notifier.stop()
+        self._locks.close()
         self._feeds.close_all()
 
     # -- notification -----------------------------------------------------------------------------------
@@ -315,9 +335,17 @@ def _confirm(name: str, version: Version | None, previous: dict, current: dict) 
 
 
 def _still_unchanged(path: Path, entry: Entry) -> bool:
-    """Re-check a dead file right before deleting it: same inode, same mtime."""
+    """Re-check a dead file right before deleting it: same inode, same mtime.
+
+    The file is re-opened and its open handle stat-ed: network filesystems revalidate attributes
+    on open (NFS close-to-open) or answer fstat from the server (sshfs), not from a stale cache.
+    """
     try:
-        st = os.stat(path, follow_symlinks=False)
-    except FileNotFoundError:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:  # gone, or not a regular record any more
         return False
+    try:
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
     return (st.st_ino, st.st_mtime_ns) == (entry.ino, entry.mtime_ns)

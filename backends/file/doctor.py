@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 from typing import Any
 
 from discovery_sync.errors import ValidationError
@@ -12,35 +11,34 @@ from discovery_sync.model import instance_from_json
 from discovery_sync.pathcodec import decode
 
 from .layout import StoreLayout
+from .mounts import cache_options, cache_window, mount_of
 from .records import TEMP_PREFIX, read_record
 
-NETWORK_FILESYSTEMS = ("nfs", "nfs4", "cifs", "smb3", "fuse.sshfs", "9p", "glusterfs", "lustre", "ceph", "fuse.s3fs")
 STALE_TEMP_SECONDS = 60.0
 
 
-def mount_of(path: Path) -> dict[str, Any]:
-    """The mount holding ``path``, from /proc/self/mountinfo: type, mount point, options."""
-    target = os.path.realpath(path)
-    best: dict[str, Any] = {"type": "unknown", "mount_point": "/", "options": []}
-    try:
-        lines = Path("/proc/self/mountinfo").read_text().splitlines()
-    except OSError:
-        return best
-    for line in lines:
-        left, _, right = line.partition(" - ")
-        fields, tail = left.split(), right.split()
-        if len(fields) < 6 or len(tail) < 3:
-            continue
-        mount_point = fields[4].replace("\\040", " ")
-        inside = target == mount_point or target.startswith(mount_point.rstrip("/") + "/")
-        if inside and len(mount_point) >= len(best["mount_point"]):
-            options = fields[5].split(",") + tail[2].split(",")
-            best = {"type": tail[0], "mount_point": mount_point, "options": sorted(set(options))}
-    best["network"] = best["type"] in NETWORK_FILESYSTEMS
-    return best
+def explain_caches(mount: dict[str, Any], ttl: float, heartbeat: float, poll: float) -> dict[str, Any]:
+    """What the mount's caches mean for delivery latency and for the TTL to choose."""
+    window = cache_window(mount)
+    report: dict[str, Any] = {"cache_options": cache_options(mount), "cache_window_s": window}
+    if window is None:
+        report["meaning"] = f"unknown caching on {mount['type']}: measure how late one host sees another's writes"
+        return report
+    # a touch lands every heartbeat and may be seen a cache window (plus a poll) late
+    needed = round(heartbeat + window + poll, 1)
+    report["delivery_latency_s"] = f"up to {poll + window:g} (poll interval {poll:g} + cache window {window:g})"
+    report["ttl_at_least_s"] = round(2 * needed)
+    report["meaning"] = (
+        f"another host's change is seen up to {window:g} s late; a record's heartbeat (every {heartbeat:.2g} s) may "
+        f"look stalled for {needed:g} s, so choose a TTL of at least {round(2 * needed)} s"
+        + (" (noac / actimeo=0 / dir_cache=no removes the cache window)" if window else "")
+    )
+    return report
 
 
-def diagnose_store(layout: StoreLayout, observer: str, lock: str, ttl: float) -> dict[str, Any]:
+def diagnose_store(
+    layout: StoreLayout, observer: str, lock: str, ttl: float, heartbeat: float = 0.0, poll: float = 0.0
+) -> dict[str, Any]:
     """Count records per bucket and list what needs attention."""
     problems: list[str] = []
     buckets: dict[str, Any] = {}
@@ -83,6 +81,12 @@ def diagnose_store(layout: StoreLayout, observer: str, lock: str, ttl: float) ->
         )
     if mount["network"] and lock != "soft":
         problems.append(f"flock locks may not be shared between hosts on {mount['type']}: use lock=soft")
+    caches = explain_caches(mount, ttl, heartbeat, poll if observer == "polling" else 0.0)
+    mount = {**mount, **caches}
+    if mount["network"] and "ttl_at_least_s" in caches and ttl < caches["ttl_at_least_s"]:
+        problems.append(
+            f"TTL {ttl:g} s is too short for this mount: {caches['meaning']}; a reader may sweep live records"
+        )
     return {
         "root": str(layout.root),
         "observer": observer,

@@ -3,8 +3,9 @@
 ``hard`` locks take ``flock(2)`` on the bucket directory itself, exactly as reference workers
 do before every change they make, so Python and Rust writers exclude each other. Reference
 workers give up after about one second of trying and never retry, so holds must stay short.
-``soft`` locks are ``filelock.SoftFileLock`` marker files (O_EXCL) in ``root/.locks/``, for
-network filesystems where flock is not shared between hosts.
+``soft`` locks are marker files created with O_EXCL in ``root/.locks/`` (:mod:`.softlock`), for
+network filesystems where flock is not shared between hosts; a marker its holder stops
+refreshing is broken after ``stale_after`` seconds.
 """
 
 from __future__ import annotations
@@ -16,24 +17,34 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import filelock
-
 from discovery_sync.errors import LockTimeout, ValidationError
+
+from .softlock import DEFAULT_STALE_AFTER, SoftLocks
 
 LOCK_MODES = ("hard", "soft")
 RETRY_INTERVAL = 0.002
 
 
 class StoreLocks:
-    def __init__(self, mode: str = "hard", timeout: float = 10.0) -> None:
+    def __init__(self, mode: str = "hard", timeout: float = 10.0, stale_after: float = DEFAULT_STALE_AFTER) -> None:
         if mode not in LOCK_MODES:
             raise ValidationError(f"lock mode {mode!r} is not valid: use one of {', '.join(LOCK_MODES)}")
+        if not stale_after > 0:
+            raise ValidationError(f"lock_stale must be a positive number of seconds, got {stale_after!r}")
         self.mode = mode
         self.timeout = timeout
+        self.stale_after = stale_after
+        self._soft_locks = SoftLocks(timeout, stale_after) if mode == "soft" else None
+
+    def close(self) -> None:
+        if self._soft_locks is not None:
+            self._soft_locks.close()
 
     def hold(self, directory: Path, marker: Path) -> contextlib.AbstractContextManager[None]:
         """Lock the bucket ``directory`` (hard) or the marker file ``marker`` (soft)."""
-        return self._flock(directory) if self.mode == "hard" else self._soft(marker)
+        if self._soft_locks is not None:
+            return self._soft_locks.hold(marker)
+        return self._flock(directory)
 
     @contextlib.contextmanager
     def _flock(self, directory: Path) -> Iterator[None]:
@@ -55,20 +66,8 @@ class StoreLocks:
         finally:
             os.close(fd)
 
-    @contextlib.contextmanager
-    def _soft(self, marker: Path) -> Iterator[None]:
-        lock = filelock.SoftFileLock(str(marker), timeout=self.timeout, thread_local=False)
-        try:
-            lock.acquire()
-        except filelock.Timeout:
-            raise self._timeout(marker) from None
-        try:
-            yield
-        finally:
-            lock.release()
-
     def _timeout(self, path: Path) -> LockTimeout:
         return LockTimeout(
-            f"could not lock {path} within {self.timeout:g} s: another process holds it. "
-            "A dead holder frees a hard lock at once; a soft lock marker of a dead holder must be removed"
+            f"could not lock {path} within {self.timeout:g} s: another process holds it "
+            "(a dead holder frees a hard lock at once)"
         )

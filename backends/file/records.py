@@ -86,3 +86,16 @@ def touch_record(path: Path | str) -> bool:
     except FileNotFoundError:
         return False
     return True
+
+
+def refresh_listing(directory: Path) -> None:
+    """Make this host's next listing of ``directory`` current: create and remove a temp file in it.
+
+    A change made through a network mount invalidates that mount's cached listing of the
+    directory (sshfs's dir_cache, the NFS client's directory attributes), so reads under a lock
+    see what other hosts wrote just before. Readers ignore the temp name.
+    """
+    temp = directory / f"{TEMP_PREFIX}{secrets.randbits(64):016x}"
+    os.close(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(temp)

@@ -1,0 +1,233 @@
+"""Soft locks for network filesystems, where flock is not shared between hosts: marker files.
+
+A lock is held by creating its marker with ``O_CREAT | O_EXCL`` (atomic on the file server, NFS
+and SFTP alike). The marker says who holds it — host, pid, wall time of acquisition (for people
+reading it), a token unique to the acquisition — and a refresh counter. While a lock is held, the
+owner's refresher thread rewrites the marker every ``stale_after / 4`` seconds.
+
+A waiter judges a marker on its own monotonic clock, never by comparing times written by another
+host: a marker whose bytes have not changed for ``stale_after`` seconds of the waiter's clock
+belongs to a dead (or hung) holder and is broken with a warning. Breaking renames the marker to a
+name of the waiter's own, checks that what it renamed is what it judged stale, and deletes it; had
+the marker changed meanwhile (refreshed, or released and taken again), it is put back.
+
+Markers are of fixed length so that a host whose attribute cache keeps an old size still reads
+the bytes the server has now.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+from pathlib import Path
+
+import orjson
+
+from discovery_sync.errors import LockTimeout
+
+log = logging.getLogger("discovery_sync.backends.file")
+
+DEFAULT_STALE_AFTER = 10.0
+RETRY_START, RETRY_MAX = 0.001, 0.05
+REFRESHER_THREAD = "discovery-sync-file-lock-refresh"
+MARKER_SIZE = 256
+
+
+class _Held:
+    """One acquisition: its marker path and token, when it was taken and how often refreshed."""
+
+    def __init__(self, marker: Path, token: str, acquired: float) -> None:
+        self.marker = marker
+        self.token = token
+        self.acquired = acquired
+        self.refreshes = 0
+
+
+def marker_bytes(token: str, refreshes: int, acquired: float) -> bytes:
+    """The marker's content, padded to :data:`MARKER_SIZE` bytes."""
+    holder = {"host": socket.gethostname()[:64], "pid": os.getpid(), "acquired": round(acquired, 3)}
+    data = orjson.dumps({"refreshes": refreshes, **holder, "token": token})
+    return data.ljust(MARKER_SIZE - 1) + b"\n"
+
+
+def describe_holder(content: bytes | None) -> str:
+    """``host … pid … since …`` from a marker's content, for messages."""
+    try:
+        data = orjson.loads(content or b"")
+        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(data["acquired"])))
+        return f"host {data['host']} pid {data['pid']} (since {since} by its clock)"
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, OverflowError):
+        return "an unknown holder (unreadable marker)"
+
+
+def _token_of(content: bytes | None) -> str | None:
+    try:
+        return orjson.loads(content or b"").get("token")
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        with open(path, "rb") as marker:
+            return marker.read()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+class SoftLocks:
+    """Marker-file locks of one client, with the thread that keeps its held markers fresh.
+
+    :param timeout: seconds an acquisition waits before :class:`LockTimeout`.
+    :param stale_after: seconds (of the waiter's clock) an unchanged marker is respected.
+    """
+
+    def __init__(self, timeout: float, stale_after: float = DEFAULT_STALE_AFTER) -> None:
+        if not stale_after > 0:
+            raise ValueError("stale_after must be positive")
+        self.timeout = timeout
+        self.stale_after = stale_after
+        self._held: dict[str, _Held] = {}
+        self._held_lock = threading.Lock()
+        self._wake = threading.Condition(self._held_lock)
+        self._closed = False
+        self._refresher: threading.Thread | None = None
+        self.broken = 0  # markers this client broke
+
+    @contextlib.contextmanager
+    def hold(self, marker: Path):
+        """Hold the lock ``marker`` for the body of the ``with``."""
+        held = self.acquire(marker)
+        try:
+            yield
+        finally:
+            self.release(held)
+
+    def acquire(self, marker: Path) -> _Held:
+        token = secrets.token_hex(16)
+        deadline = time.monotonic() + self.timeout
+        delay = RETRY_START
+        seen: bytes | None = None
+        seen_since = 0.0
+        while True:
+            acquired = time.time()
+            if self._try_create(marker, token, acquired):
+                held = _Held(marker, token, acquired)
+                self._track(held)
+                return held
+            content = _read(marker)
+            now = time.monotonic()
+            if content is None or content != seen:
+                seen, seen_since = content, now
+            elif now - seen_since >= self.stale_after:
+                self._break(marker, content)
+                seen = None
+                continue
+            if now >= deadline:
+                raise LockTimeout(
+                    f"could not lock {marker} within {self.timeout:g} s: it is held by {describe_holder(content)}. "
+                    f"A holder that stops refreshing it is overruled after {self.stale_after:g} s"
+                )
+            time.sleep(min(delay, max(deadline - now, 0)))  # a marker on another host gives no notice
+            delay = min(delay * 2, RETRY_MAX)
+
+    def release(self, held: _Held) -> None:
+        with self._held_lock:  # not while the refresher rewrites it: that would bring it back
+            self._held.pop(held.token, None)
+            content = _read(held.marker)
+            if _token_of(content) == held.token:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(held.marker)
+                return
+        log.warning(
+            "the soft lock %s was broken while this process held it (now held by %s): a hold outlasted "
+            "the stale bound of %g s",
+            held.marker,
+            describe_holder(content) if content else "nobody",
+            self.stale_after,
+        )
+
+    def close(self) -> None:
+        """Stop the refresher thread (held locks are the caller's to release)."""
+        with self._wake:
+            self._closed = True
+            self._wake.notify_all()
+        thread = self._refresher
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(5)
+
+    # -- internals ----------------------------------------------------------------------------------
+    def _try_create(self, marker: Path, token: str, acquired: float) -> bool:
+        try:
+            fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return False
+        except PermissionError:
+            # sshfs can answer a lost O_EXCL race with EPERM instead of EEXIST
+            if marker.exists() or os.path.lexists(marker):
+                return False
+            raise
+        try:
+            os.write(fd, marker_bytes(token, 0, acquired))
+        finally:
+            os.close(fd)
+        return True
+
+    def _break(self, marker: Path, stale: bytes) -> None:
+        aside = marker.with_name(f".{marker.name}.broken-{secrets.token_hex(8)}")
+        try:
+            os.rename(marker, aside)
+        except FileNotFoundError:
+            return  # released (or broken by another waiter) meanwhile
+        if _read(aside) == stale:
+            log.warning(
+                "broke the soft lock %s held by %s: its marker did not change for %g s (a dead or hung holder)",
+                marker,
+                describe_holder(stale),
+                self.stale_after,
+            )
+            self.broken += 1
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(aside)
+            return
+        try:  # it was refreshed or taken again just now: put it back
+            os.link(aside, marker)
+        except OSError as exc:
+            if exc.errno not in (errno.EEXIST, errno.EPERM):
+                raise
+            log.error("the soft lock %s changed hands while it was being broken; two holders may overlap", marker)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(aside)
+
+    def _track(self, held: _Held) -> None:
+        with self._wake:
+            self._held[held.token] = held
+            if self._refresher is None and not self._closed:
+                self._refresher = threading.Thread(target=self._refresh_loop, name=REFRESHER_THREAD, daemon=True)
+                self._refresher.start()
+
+    def _refresh_loop(self) -> None:
+        interval = self.stale_after / 4
+        with self._wake:
+            while not self._wake.wait_for(lambda: self._closed, interval):
+                for held in list(self._held.values()):
+                    try:
+                        self._refresh(held)
+                    except Exception:  # the next round tries again; a waiter may break it meanwhile
+                        log.exception("could not refresh the soft lock %s", held.marker)
+
+    def _refresh(self, held: _Held) -> None:
+        """Rewrite a held marker (the caller holds ``_held_lock``, so release() cannot interleave)."""
+        if _token_of(_read(held.marker)) != held.token:
+            return  # broken: release() reports it
+        held.refreshes += 1
+        temp = held.marker.with_name(f".{held.marker.name}.{held.token}.tmp")
+        temp.write_bytes(marker_bytes(held.token, held.refreshes, held.acquired))
+        os.replace(temp, held.marker)
