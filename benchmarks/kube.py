@@ -11,7 +11,10 @@ lives beside the tests rather than in the installed ``discovery-sync bench``.
   current) and without (the daemon's view as it is).
 * ``delivery``: a writer process registers (and unregisters) endpoints stamped with the send
   time; a watcher in this process times each ``Added``. Measured in an empty namespace and next
-  to 1,000 other workers, because every change recomputes the served view.
+  to 1,000 other workers (a change must cost what it touches, not the namespace).
+* ``interop`` (``--interop``, needs ``ai-dynamo-runtime``): reference-runtime workers and our
+  client as ready pods of one fake server: Rust register -> our watch, our register -> the Rust
+  client, Rust register -> Rust client (see ``discovery-sync bench --interop`` for file and etcd).
 
 The fake server runs in this process, so it shares the watcher's interpreter (and GIL): the
 numbers are an upper bound for a real API server, whose own latency is not modelled.
@@ -149,13 +152,34 @@ def bench_delivery(base: Path, events: int, background: int) -> dict[str, Any]:
     return {"background_workers": background, **_summary(latencies)}
 
 
+def bench_interop(base: Path, events: int) -> dict[str, Any]:
+    """Reference peers and our client as ready pods of one fake API server (plain HTTP, loopback)."""
+    from discovery_sync.tools.bench_interop import bench_store
+
+    with FakeKubeServer(auto_endpoint_slices=True) as server:
+        kubeconfig = server.write_kubeconfig(base / "kubeconfig-interop")
+
+        def pod_env(name: str) -> dict[str, str]:
+            uid = server.create_pod(name)["metadata"]["uid"]
+            return {"KUBECONFIG": str(kubeconfig), "POD_NAME": name, "POD_UID": uid, "POD_NAMESPACE": NAMESPACE}
+
+        ours = _url(kubeconfig, server.create_pod("bench-ours"))
+        writer_env, observer_env = pod_env("bench-rust-writer"), pod_env("bench-rust-observer")
+        return bench_store("kubernetes", writer_env, observer_env, lambda: ds.connect(ours), events)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--events", type=int, default=300)
     parser.add_argument("--sizes", default="250,500,1000,2000")
+    parser.add_argument("--interop", action="store_true", help="reference-runtime peers instead")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="discovery-sync-bench-kube-") as scratch:
         base = Path(scratch)
+        if args.interop:
+            result = {"backend": "kube (fake API server, same process)", "interop": bench_interop(base, args.events)}
+            sys.stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
+            return
         result = {
             "backend": "kube (fake API server, same process)",
             "initial_sync": bench_initial_sync(base, [int(s) for s in args.sizes.split(",")]),

@@ -9,9 +9,14 @@ import threading
 
 
 class TcpProxy:
-    def __init__(self, target_port: int) -> None:
+    """Forwards connections accepted on ``listener`` (default: a new one on 127.0.0.1) to 127.0.0.1:``target_port``.
+
+    A listener created in another network namespace bridges that namespace's loopback to this one's.
+    """
+
+    def __init__(self, target_port: int, listener: socket.socket | None = None) -> None:
         self.target = ("127.0.0.1", target_port)
-        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener = listener if listener is not None else socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
         self._lock = threading.Lock()
         self._sockets: set[socket.socket] = set()

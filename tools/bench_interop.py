@@ -1,6 +1,7 @@
 """``discovery-sync bench --interop``: delivery latency between discovery-sync and reference
 (ai-dynamo-runtime) workers on one store (a file store, and a local etcd), all three directions
-measured in one run.
+measured in one run. The same for Kubernetes is in ``benchmarks/kube.py`` (it needs the test
+suite's fake API server).
 
 * ``rust_to_ours``: a reference worker registers its endpoint instance -> ``Added`` on our watch;
 * ``rust_to_rust``: the same registration -> a second reference process's client lists it;
@@ -13,6 +14,7 @@ registering call to the moment the other side saw it, on CLOCK_MONOTONIC (shared
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,23 +36,32 @@ def bench_interop(store: Path, events: int) -> dict[str, Any]:
     """Both stores, one after the other."""
     from .etcd_server import EtcdServer
 
-    results = {"file": _bench_store("file", {"DYN_FILE_KV": str(store)}, f"file://{store}", events)}
+    file_env = {"DYN_FILE_KV": str(store)}
+    results = {"file": bench_store("file", file_env, file_env, lambda: ds.connect(f"file://{store}"), events)}
     server = EtcdServer()
     server.start()
     try:
         env = {"ETCD_ENDPOINTS": server.url}
-        results["etcd"] = _bench_store("etcd", env, f"etcd://127.0.0.1:{server.client_port}", events)
+        url = f"etcd://127.0.0.1:{server.client_port}"
+        results["etcd"] = bench_store("etcd", env, env, lambda: ds.connect(url), events)
     finally:
         server.close()
     return results
 
 
-def _bench_store(backend: str, env: dict[str, str], url: str, events: int) -> dict[str, Any]:
+def bench_store(
+    backend: str,
+    writer_env: dict[str, str],
+    observer_env: dict[str, str],
+    connect: Callable[[], ds.Discovery],
+    events: int,
+) -> dict[str, Any]:
     from .bench import _summary
 
-    isolate = backend == "file"  # etcd peers must reach the server on this host's loopback
-    writer, observer = RustPeer(backend, env, isolate=isolate), RustPeer(backend, env, isolate=isolate)
-    client = ds.connect(url)
+    isolate = backend == "file"  # etcd and Kubernetes peers must reach their server on this host's loopback
+    writer = RustPeer(backend, writer_env, isolate=isolate)
+    observer = RustPeer(backend, observer_env, isolate=isolate)
+    client = connect()
     rust_to_ours: list[float] = []
     rust_to_rust: list[float] = []
     ours_to_rust: list[float] = []

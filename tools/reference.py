@@ -38,9 +38,16 @@ class PeerError(AssertionError):
 
 
 class RustPeer:
-    """One reference-runtime process. ``call("serve", endpoint="ns.comp.ep")`` etc."""
+    """One reference-runtime process. ``call("serve", endpoint="ns.comp.ep")`` etc.
 
-    def __init__(self, backend: str, env: dict[str, str], *, isolate: bool = False) -> None:
+    ``isolate`` runs it in a new loopback-only network namespace (when possible); ``prefix`` is a
+    command prefix to run it with instead, e.g. ``nsenter --net=…`` into a namespace prepared by
+    the caller.
+    """
+
+    def __init__(
+        self, backend: str, env: dict[str, str], *, isolate: bool = False, prefix: list[str] | None = None
+    ) -> None:
         full_env = {
             **os.environ,
             "DYN_TCP_RPC_HOST": "127.0.0.1",
@@ -52,7 +59,8 @@ class RustPeer:
             "DYN_LOG": "warn",
             **env,
         }
-        prefix = loopback_namespace_prefix() if isolate else []
+        if prefix is None:  # an explicit prefix (e.g. nsenter into a prepared namespace) wins
+            prefix = loopback_namespace_prefix() if isolate else []
         self.process = subprocess.Popen(
             [*prefix, sys.executable, "-m", "discovery_sync.tools.reference_peer", backend],
             stdin=subprocess.PIPE,

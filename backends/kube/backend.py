@@ -31,7 +31,7 @@ from discovery_sync.errors import BackendUnavailable, ValidationError
 from discovery_sync.identity import DiscoveryInstanceId
 from discovery_sync.model import DiscoveryInstance, EventSource, Model
 from discovery_sync.queries import Query
-from discovery_sync.specs import DiscoverySpec, EventSourceSpec
+from discovery_sync.specs import DiscoverySpec, EndpointSpec, EventSourceSpec
 from discovery_sync.watch import WatchFeed
 
 from .api import TRANSPORT_ERRORS, KubeApi, explain
@@ -45,6 +45,8 @@ log = logging.getLogger("discovery_sync.backends.kube")
 T = TypeVar("T")
 
 RETRY_START, RETRY_MAX = 0.25, 2.0
+#: the transports the reference runtime (1.6.1) can parse; it reads a CR all or nothing
+REFERENCE_TRANSPORTS = ("tcp", "nats_tcp")
 _PERMANENT = (401, 403, 404)  # missing RBAC or CRD: retrying will not help
 _INVALID = (400, 413, 422)  # the server refuses the CR itself
 
@@ -113,6 +115,15 @@ class KubeDiscovery(Discovery):
     def register(self, spec: DiscoverySpec) -> DiscoveryInstance:
         if isinstance(spec, EventSourceSpec):
             check_publisher_id(spec.publisher_id)  # ≤ 2**53 - 1 on this backend
+        if isinstance(spec, EndpointSpec) and spec.transport.kind not in REFERENCE_TRANSPORTS:
+            log.warning(
+                "endpoint %s.%s.%s has a %r transport, which reference (Rust) workers cannot parse: they read a "
+                "DynamoWorkerMetadata all or nothing, so none of this worker's records will be visible to them",
+                spec.namespace,
+                spec.component,
+                spec.endpoint,
+                spec.transport.kind,
+            )
         return super().register(spec)
 
     # -- writes -------------------------------------------------------------------------------------

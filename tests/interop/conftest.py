@@ -14,11 +14,11 @@ def file_store(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def rust_peers() -> Iterator[Callable[..., RustPeer]]:
-    """``start(backend, env, isolate=False)`` starts a reference-runtime peer; all are killed at teardown."""
+    """``start(backend, env, isolate=False, prefix=None)`` starts a reference-runtime peer; all killed at teardown."""
     started: list[RustPeer] = []
 
-    def start(backend: str, env: dict[str, str], *, isolate: bool = False) -> RustPeer:
-        peer = RustPeer(backend, env, isolate=isolate)
+    def start(backend: str, env: dict[str, str], *, isolate: bool = False, prefix: list[str] | None = None) -> RustPeer:
+        peer = RustPeer(backend, env, isolate=isolate, prefix=prefix)
         started.append(peer)
         return peer
 

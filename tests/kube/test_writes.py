@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 
 import pytest
@@ -184,3 +185,13 @@ def test_container_mode_deletes_a_stale_cr_and_writes_its_own(server, connect_as
     (main_ref,) = server.get(WORKER_METADATA, "pod-a")["metadata"]["ownerReferences"]
     assert (sidecar_ref["name"], sidecar_ref["uid"], sidecar_ref["controller"]) == ("pod-a", uid, False)
     assert (main_ref["name"], main_ref["uid"], main_ref["controller"]) == ("pod-a", uid, True)
+
+
+def test_a_transport_the_reference_cannot_parse_is_registered_with_a_warning(pod_client, caplog):
+    client = pod_client("worker-0")
+    with caplog.at_level(logging.WARNING, logger="discovery_sync.backends.kube"):
+        client.register(endpoint_spec())  # tcp: readable for reference workers
+        assert not caplog.records
+        http = client.register(ds.EndpointSpec("ns", "backend", "web", ds.Transport.http("http://127.0.0.1:1/x")))
+    assert client.list(ds.Query.endpoints("ns", "backend", "web")) == [http]
+    assert any("'http' transport" in r.getMessage() and "all or nothing" in r.getMessage() for r in caplog.records)

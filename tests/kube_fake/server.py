@@ -68,6 +68,8 @@ class FakeKubeServer:
         self.api.validate = validate
         self._requests: list[RecordedRequest] = []
         self._requests_changed = threading.Condition()
+        self._bookmarks: dict[ResourceType, int] = {}
+        self._bookmarks_changed = threading.Condition()
         self._httpd: HttpServer | None = None
         self._thread: threading.Thread | None = None
         if auto_endpoint_slices:
@@ -77,7 +79,7 @@ class FakeKubeServer:
     def start(self) -> FakeKubeServer:
         if self._httpd is not None:
             raise RuntimeError("already started")
-        self._httpd = HttpServer(self.api, self._record, lambda: self.bookmark_interval)
+        self._httpd = HttpServer(self.api, self._record, lambda: self.bookmark_interval, self._bookmark_sent)
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="kube-fake-http", daemon=True
         )
@@ -167,6 +169,27 @@ class FakeKubeServer:
             if not self._requests_changed.wait_for(match, timeout):
                 raise TimeoutError("no matching request")
             return found[0]
+
+    def _bookmark_sent(self, rt: ResourceType) -> None:
+        with self._bookmarks_changed:
+            self._bookmarks[rt] = self._bookmarks.get(rt, 0) + 1
+            self._bookmarks_changed.notify_all()
+
+    def bookmarks_sent(self, resource: ResourceRef) -> int:
+        """How many BOOKMARK events watch streams on ``resource`` have sent so far (all streams together)."""
+        with self._bookmarks_changed:
+            return self._bookmarks.get(resolve_resource(resource), 0)
+
+    def wait_for_bookmarks(self, resource: ResourceRef, count: int, timeout: float = 5.0) -> None:
+        """Block until streams on ``resource`` have sent ``count`` BOOKMARKs in all (TimeoutError otherwise).
+
+        A bookmark counted after a change was committed may still carry the version before it (it
+        was taken just before); the next one on the same stream carries the change's version.
+        """
+        rt = resolve_resource(resource)
+        with self._bookmarks_changed:
+            if not self._bookmarks_changed.wait_for(lambda: self._bookmarks.get(rt, 0) >= count, timeout):
+                raise TimeoutError(f"{self._bookmarks.get(rt, 0)} bookmark(s) sent on {rt.plural}, wanted {count}")
 
     def watch_count(self, resource: ResourceRef) -> int:
         """How many watch streams on ``resource`` are open right now."""
@@ -295,6 +318,14 @@ class FakeKubeServer:
     def compact(self) -> str:
         """Drop the watch history and continue tokens: older resourceVersions now get 410. Returns the floor."""
         return str(self.store.compact())
+
+    def expire_watches(self, resource: ResourceRef | None = None) -> str:
+        """Compact and end open watch streams (all, or one resource's) with a 410 Expired ERROR event.
+
+        Events a stream had not sent yet are dropped and watches from versions older than the
+        current one get 410 too, so clients must list again. Returns the new floor.
+        """
+        return str(self.store.expire_watchers(resolve_resource(resource) if resource else None))
 
     def end_watches(self, resource: ResourceRef | None = None) -> None:
         """Cleanly end open watch streams (all, or one resource's), as an API server restart would."""

@@ -222,6 +222,19 @@ class Store:
             self._floor = self._rv
             return self._floor
 
+    def expire_watchers(self, rt: ResourceType | None = None) -> int:
+        """Compact, then end open streams (all, or one resource's) with a 410 ``Expired`` ERROR event.
+
+        What an API server does when a watcher falls behind a compaction: whatever it had not yet
+        sent is lost and the client must list again. Returns the new oldest resumable RV.
+        """
+        with self._lock:
+            floor = self.compact()
+            error = st.expired("The resourceVersion for the provided watch is too old.").to_status()
+            for watcher in self.watchers(rt):
+                watcher.expire({"type": "ERROR", "object": error})
+            return floor
+
     def add_hook(self, hook: Hook) -> None:
         """Run ``hook(change)`` after every commit, under the store lock (it may write, re-entrantly)."""
         with self._lock:

@@ -443,6 +443,25 @@ def test_watch_sees_added_modified_deleted_and_bookmarks(server: FakeKubeServer,
     assert stream.watch.resource_version == server.resource_version  # the client tracks bookmarks
 
 
+def test_bookmarks_sent_are_counted_per_resource(server: FakeKubeServer):
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=WAIT)
+    conn.request("GET", f"{CR_PATH}?watch=true&allowWatchBookmarks=true&timeoutSeconds=30")
+    resp = conn.getresponse()
+    plain = http.client.HTTPConnection("127.0.0.1", server.port, timeout=WAIT)
+    plain.request("GET", "/api/v1/namespaces/default/pods?watch=true&timeoutSeconds=30")  # no bookmarks asked
+    plain_resp = plain.getresponse()
+    server.wait_for_bookmarks(PLURAL, 2, timeout=WAIT)
+    assert [read_event(resp)["type"] for _ in range(2)] == ["BOOKMARK", "BOOKMARK"]
+    assert server.bookmarks_sent("pods") == 0
+    with pytest.raises(TimeoutError):
+        server.wait_for_bookmarks("pods", 1, timeout=0.5)
+    server.create_pod("worker-0")
+    assert read_event(plain_resp)["type"] == "ADDED"  # the plain stream works, just without bookmarks
+    server.end_watches()
+    conn.close()
+    plain.close()
+
+
 def test_watch_resumes_from_a_resource_version(server: FakeKubeServer, custom, streams):
     apply(custom, worker_metadata("before", "u-0"))
     listed = custom.list_namespaced_custom_object(GROUP, VERSION, "default", PLURAL)
@@ -507,6 +526,74 @@ def test_raw_watch_error_event_shape(server: FakeKubeServer, custom):
     }
     # a plain list from a too-old version is still served
     assert raw(server, "GET", f"{CR_PATH}?resourceVersion={old}&resourceVersionMatch=NotOlderThan")[0] == 200
+
+
+def test_expire_watches_ends_open_streams_with_410(server: FakeKubeServer, custom, core, streams):
+    apply(custom, worker_metadata("worker-0", "u-1"))
+    old = server.resource_version
+    crs = start_watch(
+        server,
+        streams,
+        PLURAL,
+        custom.list_namespaced_custom_object,
+        GROUP,
+        VERSION,
+        "default",
+        PLURAL,
+        resource_version=old,
+        timeout_seconds=60,
+    )
+    pods = start_watch(server, streams, "pods", core.list_namespaced_pod, "default", timeout_seconds=60)
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=WAIT)
+    conn.request("GET", f"{CR_PATH}?watch=true&allowWatchBookmarks=true&resourceVersion={old}")
+    resp = conn.getresponse()
+    server.wait_for_watchers(PLURAL, 2, timeout=WAIT)
+    apply(custom, worker_metadata("worker-1", "u-2"))
+
+    floor = server.expire_watches(PLURAL)
+    assert floor == server.resource_version
+    crs.wait_finished()
+    assert isinstance(crs.error, ApiException) and crs.error.status == 410
+    events = [read_event(resp)]
+    while events[-1]["type"] != "ERROR":  # what was sent before the expiry, then the 410
+        events.append(read_event(resp))
+    assert resp.read() == b""  # and the stream ends
+    conn.close()
+    assert events[-1]["object"]["code"] == 410 and events[-1]["object"]["reason"] == "Expired"
+    deadline = time.monotonic() + WAIT  # the client may see the ERROR before its stream is unregistered
+    while server.watch_count(PLURAL) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert server.watch_count(PLURAL) == 0 and server.watch_count("pods") == 1  # other resources keep theirs
+
+    code, _, _ = raw(server, "GET", f"{CR_PATH}?watch=true&timeoutSeconds=1&resourceVersion={old}")
+    assert code == 200  # the ERROR event again: the old version stays expired
+    with pytest.raises(ApiException) as again:
+        next(
+            watch.Watch().stream(
+                custom.list_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                "default",
+                PLURAL,
+                resource_version=old,
+                timeout_seconds=1,
+            )
+        )
+    assert again.value.status == 410
+    resumed = list(  # from the floor: fine, nothing new
+        watch.Watch().stream(
+            custom.list_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            "default",
+            PLURAL,
+            resource_version=floor,
+            timeout_seconds=1,
+        )
+    )
+    assert resumed == []
+    server.create_pod("worker-0")
+    assert pods.next()["type"] == "ADDED"
 
 
 def test_watch_ends_at_timeout_seconds(server: FakeKubeServer, custom):

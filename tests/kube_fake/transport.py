@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from .api import KubeApi, Reply, Request, WatchReply
+from .resources import ResourceType
 from .watch import bookmark
 
 _LIVENESS_POLL = 0.25  # how often an idle watch stream checks that its client is still there
@@ -28,11 +29,18 @@ class HttpServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, api: KubeApi, record: Callable[[Request, str], None], bookmark_interval: Callable[[], float]):
+    def __init__(
+        self,
+        api: KubeApi,
+        record: Callable[[Request, str], None],
+        bookmark_interval: Callable[[], float],
+        bookmark_sent: Callable[[ResourceType], None] = lambda rt: None,
+    ):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.api = api
         self.record = record
         self.bookmark_interval = bookmark_interval
+        self.bookmark_sent = bookmark_sent
         self.stopping = threading.Event()
         self._lock = threading.Lock()
         self._connections: dict[socket.socket, threading.Thread] = {}
@@ -186,4 +194,5 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             if reply.bookmarks and time.monotonic() >= next_bookmark:
                 self._chunk(bookmark(reply.resource, progress))
+                self.server.bookmark_sent(reply.resource)
                 next_bookmark = time.monotonic() + self.server.bookmark_interval()

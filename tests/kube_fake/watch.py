@@ -83,6 +83,14 @@ class Watcher:
             self._progress = max(self._progress, change.rv)
             self._cond.notify_all()
 
+    def expire(self, error: dict[str, Any]) -> None:
+        """Drop what is still queued, send ``error`` (an ERROR event) and end the stream."""
+        with self._cond:
+            self._queue.clear()
+            self._queue.append(error)
+            self._closed = True
+            self._cond.notify_all()
+
     def close(self) -> None:
         """End the stream after what is already queued has been sent."""
         with self._cond:
