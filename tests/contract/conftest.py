@@ -24,6 +24,7 @@ class StoreRig:
     name: str
     connect: Callable[[], ds.Discovery]
     quiet_period: float  # long enough for a stray rescan/poll event to show up
+    event_timeout: float = EVENT_TIMEOUT  # how long a test waits for an event that must come
     clients: list[ds.Discovery] = field(default_factory=list)
 
     def client(self) -> ds.Discovery:
@@ -52,6 +53,12 @@ def _etcd_rig(request: pytest.FixtureRequest, tmp_path: Path) -> StoreRig:
     return StoreRig("etcd", lambda: ds.connect(url), quiet_period=0.3)
 
 
+def _sshfs_rig(request: pytest.FixtureRequest, tmp_path: Path) -> StoreRig:
+    from tests.netfs.contract_rig import sshfs_rig  # two sshfs mounts of one directory: two hosts
+
+    return sshfs_rig(request, tmp_path)
+
+
 def _kube_rig(request: pytest.FixtureRequest, tmp_path: Path) -> StoreRig:
     from tests.kube.rig import kube_rig  # it builds on StoreRig from this module
 
@@ -62,9 +69,22 @@ RIGS: dict[str, Callable[[pytest.FixtureRequest, Path], StoreRig]] = {
     "memory": _memory_rig,
     "file": lambda request, tmp: _file_rig(request, tmp, "inotify"),
     "file-polling": lambda request, tmp: _file_rig(request, tmp, "polling"),
+    "file-sshfs": _sshfs_rig,
     "etcd": _etcd_rig,
     "kube": _kube_rig,
 }
+
+
+@pytest.fixture(scope="session")
+def sshfs_contract_mounts():
+    """The two sshfs mounts of the "file-sshfs" rig, started on first use, for the whole session."""
+    from tests.netfs.contract_rig import start_mounts
+
+    mounts = start_mounts()
+    try:
+        yield mounts
+    finally:
+        mounts.close()
 
 
 @pytest.fixture(params=sorted(RIGS))

@@ -60,8 +60,8 @@ def test_shutdown_removes_owned_records_at_once_and_closes_watches(rig):
         own_watch = owner.list_and_watch(ds.Query.endpoints())
         owner.shutdown()
         owner.shutdown()  # idempotent
-        assert next_event(endpoints) == ds.Removed(records[0].id())
-        assert next_event(models) == ds.Removed(records[1].id())
+        assert next_event(endpoints, rig.event_timeout) == ds.Removed(records[0].id())
+        assert next_event(models, rig.event_timeout) == ds.Removed(records[1].id())
         assert watcher.list(ds.Query.endpoints()) == [keep]
         assert watcher.list(ds.Query.models()) == []
     assert own_watch.closed

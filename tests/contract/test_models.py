@@ -55,7 +55,7 @@ def test_taint_updates_are_sorted_keep_topology_and_reach_watchers(rig):
         updated = owner.update_model_taints(model.id(), {"z=1", "a=2"})
         expected = ("a=2", "dynamo.topology/rack=r1", "dynamo.topology/zone=us-east-1a", "z=1")
         assert tuple(updated.card_json["runtime_config"]["taints"]) == expected
-        assert next_event(watch) == ds.ModelTaintsUpdated(model.id(), expected)
+        assert next_event(watch, rig.event_timeout) == ds.ModelTaintsUpdated(model.id(), expected)
         # the same set again writes nothing and emits nothing
         assert owner.update_model_taints(model.id(), ["z=1", "a=2"]) == updated
         assert_quiet(watch, rig.quiet_period)
