@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,7 +35,7 @@ from urllib.parse import urlencode
 import orjson
 from discovery_sync.backends.kube.identity import PodIdentity
 from discovery_sync.backends.kube.metadata import worker_metadata_body
-from discovery_sync.tools.bench import _summary, _timed
+from discovery_sync.tools.bench import _summary, _timed, delivery_latencies
 
 import discovery_sync as ds
 from tests.kube_fake import PODS, WORKER_METADATA, FakeKubeServer
@@ -124,31 +123,7 @@ def bench_delivery(base: Path, events: int, background: int) -> dict[str, Any]:
         kubeconfig = server.write_kubeconfig(base / f"kubeconfig-delivery-{background}")
         writer_url = _url(kubeconfig, server.create_pod("writer"))
         watcher_url = _url(kubeconfig, server.create_pod("watcher"))
-        writer = subprocess.Popen(
-            [sys.executable, "-m", "discovery_sync.tools.bench_writer", writer_url, str(events), "0.002", "churn"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        latencies: list[float] = []
-        try:
-            assert writer.stdout.readline().strip() == "ready"
-            with ds.connect(watcher_url) as watcher, watcher.list_and_watch(ds.Query.endpoints("bench", "writer")) as w:
-                assert isinstance(w.get(timeout=60), ds.Resync)
-                writer.stdin.write("go\n")
-                writer.stdin.flush()
-                while len(latencies) < events:
-                    event = w.get(timeout=30)
-                    now = time.monotonic_ns()
-                    if isinstance(event, ds.Added):
-                        stamp = int(event.instance.transport.value.rsplit("/", 1)[1])
-                        latencies.append((now - stamp) / 1e6)
-            writer.stdin.write("done\n")
-            writer.stdin.flush()
-            writer.wait(30)
-        finally:
-            if writer.poll() is None:
-                writer.kill()
+        latencies = delivery_latencies(writer_url, watcher_url, events, churn=True)
     return {"background_workers": background, **_summary(latencies)}
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from discovery_sync.tools.bench import _summary, _timed
+from discovery_sync.tools.bench import _summary, _timed, delivery_latencies
 
 import discovery_sync as ds
 from tests.netfs.sshfs_rig import CACHE_OFF, SshfsRig
@@ -53,39 +53,13 @@ def _store(rig: SshfsRig, label: str) -> tuple[Path, Path]:
 
 
 def bench_delivery(writer_root: Path, watcher_root: Path, events: int, interval: float, poll: float) -> dict[str, Any]:
-    writer = subprocess.Popen(
-        [sys.executable, "-m", "discovery_sync.tools.bench_writer", _url(writer_root), str(events), str(interval)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
+    latencies = delivery_latencies(
+        _url(writer_root), _url(watcher_root, poll_interval=poll), events, interval, event_timeout=120
     )
-    latencies: dict[str, float] = {}
-    try:
-        assert writer.stdout.readline().strip() == "ready"
-        with (
-            ds.connect(_url(watcher_root, poll_interval=poll)) as watcher,
-            watcher.list_and_watch(ds.Query.endpoints("bench", "writer")) as watch,
-        ):
-            assert watch.get(timeout=60) == ds.Resync(())
-            writer.stdin.write("go\n")
-            writer.stdin.flush()
-            while len(latencies) < events:
-                event = watch.get(timeout=120)
-                now = time.monotonic_ns()
-                if isinstance(event, ds.Added) and event.instance.endpoint not in latencies:
-                    stamp = int(event.instance.transport.value.rsplit("/", 1)[1])
-                    latencies[event.instance.endpoint] = (now - stamp) / 1e6
-        writer.stdin.write("done\n")
-        writer.stdin.flush()
-        writer.wait(60)
-    finally:
-        if writer.poll() is None:
-            writer.kill()
-            writer.wait(10)
     return {
         "poll_interval_s": poll,
         "writer_interval_s": interval,
-        **_summary(list(latencies.values())),
+        **_summary(latencies),
     }
 
 

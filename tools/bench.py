@@ -41,33 +41,46 @@ def _timed(action) -> float:
     return (time.perf_counter() - start) * 1000
 
 
-def bench_delivery(url: str, events: int, interval: float = 0.002) -> dict[str, Any]:
+def delivery_latencies(
+    writer_url: str,
+    watcher_url: str,
+    events: int,
+    interval: float = 0.002,
+    *,
+    churn: bool = False,
+    event_timeout: float = 30.0,
+) -> list[float]:
+    """Milliseconds from a writer process's ``register`` to the first ``Added`` of each endpoint on a
+    watcher here (see bench_writer; ``churn`` unregisters each endpoint right after registering it)."""
+    command = [sys.executable, "-m", "discovery_sync.tools.bench_writer", writer_url, str(events), str(interval)]
     writer = subprocess.Popen(
-        [sys.executable, "-m", "discovery_sync.tools.bench_writer", url, str(events), str(interval)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
+        [*command, *(["churn"] if churn else [])], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
-    latencies: list[float] = []
+    latencies: dict[str, float] = {}
     try:
         assert writer.stdout.readline().strip() == "ready"
-        with ds.connect(url) as watcher, watcher.list_and_watch(ds.Query.endpoints("bench", "writer")) as watch:
-            watch.get(timeout=10)  # the empty Resync
+        with ds.connect(watcher_url) as watcher, watcher.list_and_watch(ds.Query.endpoints("bench", "writer")) as watch:
+            assert watch.get(timeout=60) == ds.Resync(())
             writer.stdin.write("go\n")
             writer.stdin.flush()
             while len(latencies) < events:
-                event = watch.get(timeout=30)
+                event = watch.get(timeout=event_timeout)
                 now = time.monotonic_ns()
-                if isinstance(event, ds.Added):
+                if isinstance(event, ds.Added) and event.instance.endpoint not in latencies:
                     stamp = int(event.instance.transport.value.rsplit("/", 1)[1])
-                    latencies.append((now - stamp) / 1e6)
+                    latencies[event.instance.endpoint] = (now - stamp) / 1e6
         writer.stdin.write("done\n")
         writer.stdin.flush()
-        writer.wait(30)
+        writer.wait(60)
     finally:
         if writer.poll() is None:
             writer.kill()
-    return _summary(latencies)
+            writer.wait(10)
+    return list(latencies.values())
+
+
+def bench_delivery(url: str, events: int, interval: float = 0.002) -> dict[str, Any]:
+    return _summary(delivery_latencies(url, url, events, interval))
 
 
 def _populate(url: str, records: int) -> tuple[ds.Discovery, float]:
