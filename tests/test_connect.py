@@ -49,7 +49,11 @@ def test_etcd_endpoints_selects_etcd_when_no_backend_is_named(clean_env):
 def test_file_url_options(clean_env, tmp_path):
     with ds.connect(f"file://{tmp_path}?mode=shared&ttl=4") as client:
         assert (client.observer_kind, client.lock_mode, client.ttl) == ("polling", "soft", 4.0)
-    for bad in ("ttl=abc", "observer=fanotify", "lock=maybe", "mode=cluster", "colour=blue", "ttl=0"):
+        assert (client.cache_window, client.dead_after) == (0.0, 4.0)  # a local filesystem has no cache window
+    with ds.connect(f"file://{tmp_path}?ttl=4&cache_window=2.5") as client:
+        assert (client.cache_window, client.dead_after) == (2.5, 6.5)
+    bad_options = ("ttl=abc", "observer=fanotify", "lock=maybe", "mode=cluster", "colour=blue", "ttl=0")
+    for bad in (*bad_options, "cache_window=-1", "cache_window=soon"):
         with pytest.raises(ds.ValidationError):
             ds.connect(f"file://{tmp_path}?{bad}")
     with pytest.raises(ds.ValidationError, match="not a host"):

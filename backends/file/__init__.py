@@ -18,7 +18,7 @@ _MODES = {
     "local": {"observer": "inotify", "lock": "hard"},
     "shared": {"observer": "polling", "lock": "soft"},
 }
-_FLOAT_OPTIONS = ("ttl", "rescan_interval", "poll_interval", "lock_timeout", "lock_stale")
+_FLOAT_OPTIONS = ("ttl", "rescan_interval", "poll_interval", "lock_timeout", "lock_stale", "cache_window")
 
 
 def env_ttl() -> float:

@@ -34,7 +34,7 @@ from discovery_sync.watch import WatchFeed
 from .doctor import diagnose_store
 from .layout import StoreLayout
 from .locks import StoreLocks
-from .mounts import choose_modes
+from .mounts import choose_modes, mount_of, store_cache_window
 from .notify import DirectoryNotifier
 from .records import read_record, refresh_listing, remove_record, touch_record, write_record
 from .softlock import DEFAULT_STALE_AFTER
@@ -62,6 +62,9 @@ class FileDiscovery(Discovery):
     :param lock_timeout: seconds to wait for a store lock before LockTimeout (default 10 s for hard
         locks, 3 x ``lock_stale`` for soft ones, so a waiter outlives a dead holder's marker).
     :param lock_stale: seconds an unchanged soft-lock marker is respected before it is broken.
+    :param cache_window: seconds this host may see other hosts' changes late (attribute and
+        listing caches of a network mount); default: read from the mount's options. A record is
+        judged dead after ``ttl + cache_window`` seconds without a visible heartbeat.
     """
 
     backend_name = "file"
@@ -77,17 +80,24 @@ class FileDiscovery(Discovery):
         poll_interval: float = 0.5,
         lock_timeout: float | None = None,
         lock_stale: float = DEFAULT_STALE_AFTER,
+        cache_window: float | None = None,
         instance_id: int | None = None,
     ) -> None:
         super().__init__()
         if not ttl > 0:
             raise ValidationError(f"ttl must be a positive number of seconds, got {ttl!r}")
+        if cache_window is not None and not cache_window >= 0:
+            raise ValidationError(f"cache_window must be a number of seconds >= 0, got {cache_window!r}")
         self.layout = StoreLayout(root)
         self.ttl = float(ttl)
         self.heartbeat_interval = max(min(self.ttl, REFERENCE_TTL) / 3, 0.25)
         self.rescan_interval = rescan_interval if rescan_interval is not None else min(2.0, self.ttl / 3)
         self._instance_id = instance_id if instance_id is not None else secrets.randbits(64)
-        observer, lock = choose_modes(self.layout.root, observer, lock)
+        mount = mount_of(self.layout.root)
+        observer, lock = choose_modes(self.layout.root, observer, lock, mount)
+        self.cache_window = store_cache_window(mount, cache_window)
+        # a heartbeat may reach this host's view a cache window late
+        self.dead_after = self.ttl + self.cache_window
         if lock_timeout is None:
             lock_timeout = 3 * lock_stale if lock == "soft" else 10.0
         self._locks = StoreLocks(lock, lock_timeout, lock_stale)
@@ -99,7 +109,10 @@ class FileDiscovery(Discovery):
             raise BackendUnavailable(f"cannot create the file store at {self.layout.root}: {exc}") from exc
         self._feeds = FeedSet()
         self._views = {
-            kind: BucketView(kind, self.layout.buckets[kind], self.ttl, self._feeds.publish) for kind in RecordKind
+            kind: BucketView(
+                kind, self.layout.buckets[kind], self.dead_after, self._feeds.publish, settle=self.cache_window
+            )
+            for kind in RecordKind
         }
         self._start_lock = threading.Lock()
         self._stopping = threading.Event()
@@ -179,6 +192,9 @@ class FileDiscovery(Discovery):
         view = self._views[query.kind]
         prefix = self.layout.name_prefix(query)
         try:
+            if self.cache_window:  # make this host's listing current: see other hosts' writes now
+                with contextlib.suppress(OSError):  # a read-only mount: the caches decide
+                    refresh_listing(view.directory)
             view.refresh(prefix, quick=self._locks.mode == "hard")
         except OSError as exc:
             raise BackendUnavailable(f"cannot read {view.directory}: {exc}") from exc
@@ -214,20 +230,26 @@ class FileDiscovery(Discovery):
 
     def _diagnose(self, report: dict[str, Any]) -> None:
         details = diagnose_store(
-            self.layout, self._notifier.kind, self._locks.mode, self.ttl, self.heartbeat_interval, self._poll_interval
+            self.layout,
+            self._notifier.kind,
+            self._locks.mode,
+            self.ttl,
+            self.cache_window,
+            self._poll_interval,
         )
         report["problems"].extend(details.pop("problems"))
         report.update(details)
 
     def collect_garbage(self) -> list[str]:
-        """Watch the store for one TTL (liveness is judged on this reader's clock), then remove
-        the records nobody touched meanwhile; return their store keys."""
+        """Watch the store for one TTL plus the cache window (liveness is judged on this reader's
+        clock), then remove the records nobody touched meanwhile; return their store keys.
+        Leftover temp and hidden files as still as that are removed too (and logged)."""
         self._check_open()
         with self._removed_lock:
             self._removed_by_rescan.clear()
         for view in self._views.values():
             view.refresh()
-        self._stopping.wait(self.ttl + self.rescan_interval)
+        self._stopping.wait(self.dead_after + self.rescan_interval)
         removed: list[str] = []
         for view in self._views.values():
             view.refresh()
@@ -306,8 +328,14 @@ class FileDiscovery(Discovery):
     def _collect_garbage(self, view: BucketView) -> list[str]:
         removed = []
         for name, entry in view.dead(self._owned_names(view.kind)):
-            if _still_unchanged(view.directory / name, entry) and remove_record(view.directory / name):
-                log.info("removed %s/%s: no heartbeat for %.1f s", view.kind.bucket, name, view.ttl)
+            path = view.directory / name
+            if name.startswith("."):  # a leftover temp or hidden file: not a record
+                if _still_unchanged(path, entry) and remove_record(path):
+                    log.info("removed the leftover file %s: unchanged for %.1f s", path, view.dead_after)
+                view.forget_leftover(name)
+                continue
+            if _still_unchanged(path, entry) and remove_record(path):
+                log.info("removed %s/%s: no heartbeat for %.1f s", view.kind.bucket, name, view.dead_after)
                 removed.append(f"{view.kind.bucket}/{decode(name)}")
             view.refresh_name(name)
         return removed

@@ -12,40 +12,48 @@ from discovery_sync.pathcodec import decode
 
 from .layout import StoreLayout
 from .mounts import cache_options, cache_window, mount_of
-from .records import TEMP_PREFIX, read_record
+from .records import LEFTOVER_PREFIXES, TEMP_PREFIX, read_record
 
 STALE_TEMP_SECONDS = 60.0
 
 
-def explain_caches(mount: dict[str, Any], ttl: float, heartbeat: float, poll: float) -> dict[str, Any]:
-    """What the mount's caches mean for delivery latency and for the TTL to choose."""
-    window = cache_window(mount)
-    report: dict[str, Any] = {"cache_options": cache_options(mount), "cache_window_s": window}
-    if window is None:
-        report["meaning"] = f"unknown caching on {mount['type']}: measure how late one host sees another's writes"
+def explain_caches(mount: dict[str, Any], window: float, ttl: float, poll: float) -> dict[str, Any]:
+    """What the mount's caches mean for delivery latency and for liveness (``window``: the cache
+    window the client allows for)."""
+    detected = cache_window(mount)
+    report: dict[str, Any] = {
+        "cache_options": cache_options(mount),
+        "cache_window_s": window,
+        "delivery_latency_s": f"up to {poll + window:g} (poll interval {poll:g} + cache window {window:g})",
+        "dead_after_s": ttl + window,
+    }
+    if detected is None and not window:
+        report["meaning"] = (
+            f"unknown caching on {mount['type']}: measure how late one host sees another's writes and give the "
+            "store cache_window=<seconds>, or readers here may judge live records of other hosts dead"
+        )
         return report
-    # a touch lands every heartbeat and may be seen a cache window (plus a poll) late
-    needed = round(heartbeat + window + poll, 1)
-    report["delivery_latency_s"] = f"up to {poll + window:g} (poll interval {poll:g} + cache window {window:g})"
-    report["ttl_at_least_s"] = round(2 * needed)
     report["meaning"] = (
-        f"another host's change is seen up to {window:g} s late; a record's heartbeat (every {heartbeat:.2g} s) may "
-        f"look stalled for {needed:g} s, so choose a TTL of at least {round(2 * needed)} s"
+        f"another host's change is seen up to {window:g} s late; a record is judged dead after {ttl + window:g} s "
+        f"without a visible heartbeat (TTL {ttl:g} + cache window {window:g})"
         + (" (noac / actimeo=0 / dir_cache=no removes the cache window)" if window else "")
     )
     return report
 
 
 def diagnose_store(
-    layout: StoreLayout, observer: str, lock: str, ttl: float, heartbeat: float = 0.0, poll: float = 0.0
+    layout: StoreLayout, observer: str, lock: str, ttl: float, window: float = 0.0, poll: float = 0.0
 ) -> dict[str, Any]:
     """Count records per bucket and list what needs attention."""
     problems: list[str] = []
     buckets: dict[str, Any] = {}
     now = time.time()
     for kind, directory in layout.buckets.items():
-        records = unreadable = stale = temp = 0
+        records = unreadable = stale = temp = hidden = 0
         for entry in os.scandir(directory):
+            if entry.name.startswith(LEFTOVER_PREFIXES[1:]):
+                hidden += 1  # the filesystem's copy of a file deleted while open; clients sweep it
+                continue
             if entry.name.startswith(TEMP_PREFIX):
                 temp += 1
                 if now - entry.stat().st_mtime > STALE_TEMP_SECONDS:
@@ -67,6 +75,7 @@ def diagnose_store(
                 stale += 1
         buckets[kind.bucket] = {"records": records, "unreadable": unreadable, "not_touched_within_ttl": stale}
         buckets[kind.bucket]["temp_files"] = temp
+        buckets[kind.bucket]["hidden_files"] = hidden
         for name in os.listdir(directory):
             if not name.startswith("."):
                 try:
@@ -81,12 +90,10 @@ def diagnose_store(
         )
     if mount["network"] and lock != "soft":
         problems.append(f"flock locks may not be shared between hosts on {mount['type']}: use lock=soft")
-    caches = explain_caches(mount, ttl, heartbeat, poll if observer == "polling" else 0.0)
+    caches = explain_caches(mount, window, ttl, poll if observer == "polling" else 0.0)
+    if mount["network"] and cache_window(mount) is None and not window:
+        problems.append(caches["meaning"])
     mount = {**mount, **caches}
-    if mount["network"] and "ttl_at_least_s" in caches and ttl < caches["ttl_at_least_s"]:
-        problems.append(
-            f"TTL {ttl:g} s is too short for this mount: {caches['meaning']}; a reader may sweep live records"
-        )
     return {
         "root": str(layout.root),
         "observer": observer,

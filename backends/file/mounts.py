@@ -39,7 +39,7 @@ NETWORK_FILESYSTEMS = frozenset(
 )
 #: Linux NFS defaults (nfs(5)): attribute caching of files 3-60 s, directories 30-60 s
 NFS_DEFAULTS = {"acregmin": 3.0, "acregmax": 60.0, "acdirmin": 30.0, "acdirmax": 60.0}
-#: sshfs defaults: its own cache keeps attributes and listings 20 s; FUSE's kernel caches 1 s
+#: sshfs defaults: its own cache keeps attributes and listings 20 s; the kernel keeps what it got 1 s more
 SSHFS_DEFAULTS = {"dcache_timeout": 20.0, "attr_timeout": 1.0, "entry_timeout": 1.0}
 CIFS_DEFAULT_ACTIMEO = 1.0
 CACHE_OPTION_PREFIXES = (
@@ -145,8 +145,28 @@ def cache_window(mount: dict[str, Any]) -> float | None:
         if options.get("dir_cache") == "no" or options.get("cache") == "no":
             return kernel
         dcache = _seconds(options.get("dcache_timeout", options.get("cache_timeout")), SSHFS_DEFAULTS["dcache_timeout"])
-        return max(kernel, dcache)
+        return dcache + kernel  # the kernel may keep for attr_timeout what sshfs's cache already held
     return None
+
+
+def store_cache_window(mount: dict[str, Any], given: float | None) -> float:
+    """The cache window a client on ``mount`` allows for: ``given``, else the detected one.
+
+    An unknown window (a network filesystem this module cannot read) counts as 0 with a warning:
+    readers may then judge a live record of another host dead and its owner writes it again.
+    """
+    if given is not None:
+        return given
+    window = cache_window(mount)
+    if window is None:
+        log.warning(
+            "the caching of %s (%s) is unknown: give the file store cache_window=<seconds> (how late this host "
+            "may see another host's writes), or readers here may judge live records of other hosts dead",
+            mount["type"],
+            mount["mount_point"],
+        )
+        return 0.0
+    return window
 
 
 def cache_options(mount: dict[str, Any]) -> list[str]:
@@ -154,11 +174,10 @@ def cache_options(mount: dict[str, Any]) -> list[str]:
     return [option for option in mount.get("options", []) if option.startswith(CACHE_OPTION_PREFIXES)]
 
 
-def choose_modes(root: Path, observer: str | None, lock: str | None) -> tuple[str, str]:
-    """The observer and lock mode for a store at ``root``: as given, else by its filesystem."""
+def choose_modes(root: Path, observer: str | None, lock: str | None, mount: dict[str, Any]) -> tuple[str, str]:
+    """The observer and lock mode for a store at ``root`` on ``mount``: as given, else by its filesystem."""
     if observer is not None and lock is not None:
         return observer, lock
-    mount = mount_of(root)
     if not mount["network"]:
         return observer or "inotify", lock or "hard"
     chosen = (observer or "polling", lock or "soft")

@@ -10,9 +10,15 @@ import contextlib
 import errno
 import os
 import secrets
+import stat
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 TEMP_PREFIX = ".tmp_"
+#: dot files that outlive their purpose when something dies: temp files of a writer killed
+#: mid-write, and the copies network filesystems keep of a file deleted while open
+#: (libfuse's ``.fuse_hidden*``, the NFS client's ``.nfs*``)
+LEFTOVER_PREFIXES = (TEMP_PREFIX, ".fuse_hidden", ".nfs")
 READ_SIZE = 65536
 
 
@@ -55,6 +61,34 @@ def read_record(path: Path | str) -> bytes | None:
     except (FileNotFoundError, IsADirectoryError):
         return None
     try:
+        return _read_all(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def read_open(path: str) -> Iterator[tuple[os.stat_result, Callable[[], bytes | None]] | None]:
+    """Open a record: its stat and a function reading its bytes, or None when it does not exist
+    or is not a regular file (symlinks are not followed)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        yield None
+        return
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # a symlink is never a record
+            yield None
+            return
+        raise
+    try:
+        st = os.fstat(fd)
+        yield ((st, lambda: _read_all(fd)) if stat.S_ISREG(st.st_mode) else None)
+    finally:
+        os.close(fd)
+
+
+def _read_all(fd: int) -> bytes | None:
+    try:
         data = os.read(fd, READ_SIZE)
         if len(data) < READ_SIZE:  # records are small: one read is the whole file
             return data
@@ -66,8 +100,6 @@ def read_record(path: Path | str) -> bytes | None:
         if exc.errno == errno.EISDIR:
             return None
         raise
-    finally:
-        os.close(fd)
 
 
 def remove_record(path: Path | str) -> bool:

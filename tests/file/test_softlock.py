@@ -13,7 +13,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from discovery_sync.backends.file.mounts import cache_window, choose_modes
+from discovery_sync.backends.file.mounts import cache_window, choose_modes, mount_of
 from discovery_sync.backends.file.softlock import MARKER_SIZE, SoftLocks, marker_bytes
 
 import discovery_sync as ds
@@ -171,8 +171,10 @@ def test_bad_lock_options_are_validation_errors(tmp_path):
 
 
 def test_a_local_filesystem_keeps_inotify_and_hard_locks(tmp_path):
-    assert choose_modes(tmp_path, None, None) == ("inotify", "hard")
-    assert choose_modes(tmp_path, "polling", None) == ("polling", "hard")
+    mount = mount_of(tmp_path)
+    assert not mount["network"]
+    assert choose_modes(tmp_path, None, None, mount) == ("inotify", "hard")
+    assert choose_modes(tmp_path, "polling", None, mount) == ("polling", "hard")
     with ds.connect(f"file://{tmp_path}") as client:
         assert (client.observer_kind, client.lock_mode) == ("inotify", "hard")
     with ds.connect(f"file://{tmp_path}?mode=shared") as client:
@@ -190,8 +192,9 @@ def test_a_local_filesystem_keeps_inotify_and_hard_locks(tmp_path):
         ("cifs", ["rw"], 1.0),
         ("cifs", ["actimeo=0"], 0.0),
         ("fuse.sshfs", ["dir_cache=no", "attr_timeout=0", "entry_timeout=0"], 0.0),
-        ("fuse.sshfs", [], 20.0),
+        ("fuse.sshfs", [], 21.0),  # sshfs's cache 20 s, then the kernel's 1 s
         ("fuse.sshfs", ["dcache_timeout=2", "attr_timeout=0", "entry_timeout=0"], 2.0),
+        ("fuse.sshfs", ["dcache_timeout=5", "attr_timeout=2"], 7.0),
         ("fuse.unknownfs", [], 0.0),
         ("lustre", [], None),
     ],

@@ -151,6 +151,69 @@ def test_temp_files_stay_out_of_the_records(store, client):
     assert sorted(os.listdir(bucket)) == [".tmp_0123456789abcdef", f"ns%2Fbackend%2Fgenerate%2F{client.instance_id:x}"]
 
 
+def test_leftover_temp_and_hidden_files_are_swept_once_still_for_the_ttl(store, client):
+    """A writer killed mid-write leaves its temp file, a network filesystem the copy of a file
+    deleted while open (``.fuse_hidden*``, ``.nfs*``): swept by the liveness rule of records."""
+    bucket = store / "v1" / "instances"
+    leftovers = [bucket / ".tmp_00000000000000aa", bucket / ".fuse_hidden0000001a00000002", bucket / ".nfs00000001"]
+    for path in leftovers:
+        path.write_bytes(b"{}")
+    other = bucket / ".keep-me"  # not ours to judge
+    other.write_bytes(b"")
+    record, path = hand_written(store, "alive", 5)
+    client.rescan()
+    client.rescan()
+    assert all(p.exists() for p in leftovers)  # not on first sight: judged on the reader's clock
+    with client.list_and_watch(ds.Query.endpoints()) as watch:
+        initial_state(watch)
+        stop = time.monotonic() + TTL + 3 * RESCAN
+        while time.monotonic() < stop:  # keep the record alive while the leftovers go
+            os.utime(path)
+            assert_quiet(watch, TTL / 4)
+        client.rescan()  # the leftovers were first seen more than a TTL ago
+    assert sorted(os.listdir(bucket)) == [".keep-me", path.name]
+    assert client.list(ds.Query.endpoints()) == [record]
+
+
+def test_unreadable_content_is_reported_once_it_has_stood_for_the_cache_window(store, warnings):
+    """Within a network mount's cache window a replaced file can be read cut to its cached size:
+    what cannot be parsed is reported only when it is still there one window later."""
+    from discovery_sync.backends.file.view import BucketView
+
+    now = [100.0]
+    events = []
+    bucket = store / "v1" / "instances"
+    bucket.mkdir(parents=True)
+    view = BucketView(
+        ds.RecordKind.ENDPOINT, bucket, 10.0, lambda e, i: events.append(e), settle=5.0, clock=lambda: now[0]
+    )
+    record, path = hand_written(store, "replaced", 4)
+    view.refresh()
+    assert events == [ds.Added(record)]
+    path.write_bytes(ds.instance_to_json(record)[:20])  # as a read cut to a stale size sees it
+    view.refresh()
+    view.warn_pending()
+    now[0] += 4.9
+    view.warn_pending()
+    assert warnings.messages == []
+    newer = ds.Endpoint("ns", "backend", "replaced", 4, ds.Transport.tcp("127.0.0.1:2"))
+    path.write_bytes(ds.instance_to_json(newer))  # the whole content, once the cache expired
+    view.refresh()
+    now[0] += 10
+    view.warn_pending()
+    assert warnings.messages == []  # the cut read never stood for the window
+    assert events == [ds.Added(record), ds.Added(newer)]  # a replaced endpoint
+    path.write_bytes(b"{not json")  # really unreadable
+    view.refresh()
+    view.warn_pending()
+    assert warnings.messages == []
+    now[0] += 5
+    view.warn_pending()
+    view.warn_pending()
+    assert len(warnings.messages) == 1 and "replaced" in warnings.messages[0]
+    assert view.valid() == [newer]  # the last valid value stays
+
+
 def test_model_registration_locks_the_bucket_directory_like_reference_workers(store):
     client = ds.connect(f"file://{store}?lock_timeout=0.3")
     try:
