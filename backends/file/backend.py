@@ -16,6 +16,7 @@ import logging
 import os
 import secrets
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,8 @@ DEFAULT_TTL = 10.0
 REFERENCE_TTL = 10.0  # reference workers sweep files older than 10 s whatever our TTL is
 MAX_CONSECUTIVE_SCAN_ERRORS = 3
 MAX_REMEMBERED_REMOVALS = 10_000
+NOTICE_GRACE = 1.0  # seconds a notification may lag a rescan before the change counts as missed
+MAX_NOTICE_GRACE = 3.0
 
 
 class FileDiscovery(Discovery):
@@ -103,6 +106,7 @@ class FileDiscovery(Discovery):
         self._locks = StoreLocks(lock, lock_timeout, lock_stale)
         self._notifier = DirectoryNotifier(observer, poll_interval)
         self._poll_interval = poll_interval
+        self._notice_grace = notice_grace(observer, poll_interval)
         try:
             self.layout.ensure()
         except OSError as exc:
@@ -119,8 +123,9 @@ class FileDiscovery(Discovery):
         self._removed_lock = threading.Lock()
         self._removed_by_rescan: list[str] = []  # reported by the next collect_garbage()
         self._scan_errors = 0
-        # content changes a rescan found that notifications had not delivered yet, by bucket
-        self._suspects: dict[RecordKind, dict[str, Version | None]] = {kind: {} for kind in RecordKind}
+        # content changes a rescan found that notifications had not delivered yet, by bucket:
+        # name -> (version, when first found)
+        self._suspects: dict[RecordKind, dict[str, tuple[Version | None, float]]] = {kind: {} for kind in RecordKind}
         self._heartbeat = PeriodicThread(
             "discovery-sync-file-heartbeat", self.heartbeat_interval, self._beat, on_error=self._heartbeat_error
         )
@@ -311,10 +316,14 @@ class FileDiscovery(Discovery):
             self._ensure_notifier()
         for kind, view in self._views.items():
             missed: list[tuple[DiscoveryEvent, DiscoveryInstance | None]] = []
-            previous, self._suspects[kind] = self._suspects[kind], {}
+            previous, current = self._suspects[kind], {}
+            self._suspects[kind] = current
+            scanned_at = time.monotonic()
             view.refresh(
                 publish=lambda event, instance, into=missed: into.append((event, instance)),
-                gate=lambda name, version, seen=previous, now=self._suspects[kind]: _confirm(name, version, seen, now),
+                gate=lambda name, version, seen=previous, now=current, at=scanned_at: _confirm(
+                    name, version, seen, now, at, self._notice_grace
+                ),
             )
             self._feeds.publish_missed(kind, missed)
             view.warn_pending()
@@ -353,13 +362,31 @@ class FileDiscovery(Discovery):
         return frozenset(self.layout.file_name(i) for i in dict(self._owned) if i.kind is kind)
 
 
-def _confirm(name: str, version: Version | None, previous: dict, current: dict) -> bool:
-    """A rescan publishes a change as missed only when the previous rescan saw the same
-    version and no notification delivered it meanwhile; otherwise it waits one more round."""
-    if name in previous and previous[name] == version:
+def _confirm(
+    name: str,
+    version: Version | None,
+    previous: dict[str, tuple[Version | None, float]],
+    current: dict[str, tuple[Version | None, float]],
+    now: float,
+    grace: float,
+) -> bool:
+    """A rescan publishes a change as missed only when earlier rescans saw the same version for
+    ``grace`` seconds without a notification delivering it; otherwise it waits for a later round.
+    (Publishing it sooner would turn a notification that is merely slow into a Resync.)"""
+    seen = previous.get(name)
+    first_seen = seen[1] if seen is not None and seen[0] == version else now
+    if now - first_seen >= grace:
         return True
-    current[name] = version
+    current[name] = (version, first_seen)
     return False
+
+
+def notice_grace(observer: str, poll_interval: float) -> float:
+    """Seconds a notification may take: a few polls of the polling observer (a poll of a big
+    directory over the network takes long), bounded so a stalled observer still gets repaired."""
+    if observer == "polling":
+        return min(max(3 * poll_interval, NOTICE_GRACE), MAX_NOTICE_GRACE)
+    return NOTICE_GRACE
 
 
 def _still_unchanged(path: Path, entry: Entry) -> bool:

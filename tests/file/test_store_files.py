@@ -104,6 +104,23 @@ def test_a_rescan_delivers_changes_notifications_missed_then_resyncs(store):
         client.shutdown()
 
 
+def test_a_notification_slower_than_a_rescan_is_not_taken_for_a_missed_change(store, client):
+    # polls three rescans apart: rescans see every change first, the poll delivers it later
+    slow = ds.connect(f"file://{store}?observer=polling&poll_interval=0.6&rescan_interval={RESCAN}&ttl=5")
+    try:
+        with slow.list_and_watch(ds.Query.endpoints()) as watch:
+            assert next_event(watch) == ds.Resync(())
+            for round_ in range(3):
+                registered = [client.register(endpoint_spec(endpoint=f"r{round_}-{i}")) for i in range(3)]
+                assert {next_event(watch) for _ in registered} == {ds.Added(e) for e in registered}
+                for endpoint in registered:
+                    client.unregister(endpoint)
+                assert {next_event(watch) for _ in registered} == {ds.Removed(e.id()) for e in registered}
+            assert_quiet(watch, 4 * RESCAN)  # no Resync: nothing was missed
+    finally:
+        slow.shutdown()
+
+
 def test_records_without_heartbeat_are_removed_after_ttl_on_the_readers_clock(store, client):
     record, path = hand_written(store, "orphan", 9)
     old = time.time() - 3600
