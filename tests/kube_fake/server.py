@@ -87,7 +87,8 @@ class FakeKubeServer:
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
-        """End open watch streams (cleanly, with the terminating chunk), close every connection, stop."""
+        """End open watch streams (cleanly, with the terminating chunk), close every connection, stop;
+        raise RuntimeError if the fake itself failed on a request meanwhile."""
         httpd = self._httpd
         if httpd is None or httpd.stopping.is_set():
             return
@@ -99,6 +100,8 @@ class FakeKubeServer:
         httpd.drop_connections(timeout / 2)
         if self._thread is not None:
             self._thread.join(timeout)
+        if httpd.errors:
+            raise RuntimeError(f"the fake API server failed on {len(httpd.errors)} request(s)") from httpd.errors[0]
 
     def __enter__(self) -> FakeKubeServer:
         return self.start()

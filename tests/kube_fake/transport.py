@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -46,6 +47,17 @@ class HttpServer(ThreadingHTTPServer):
         self._connections: dict[socket.socket, threading.Thread] = {}
         self._streams = 0
         self._streams_done = threading.Condition(self._lock)
+        self.errors: list[BaseException] = []  # failures of the fake itself, raised by FakeKubeServer.stop
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hangs up (or a connection dropped at stop) is normal; anything else is
+        a bug of the fake, kept for the test to fail on instead of printed."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ConnectionError) or (isinstance(exc, OSError) and self.stopping.is_set()):
+            return
+        if exc is not None:
+            with self._lock:
+                self.errors.append(exc)
 
     def track(self, conn: socket.socket, alive: bool) -> None:
         with self._lock:
