@@ -36,7 +36,7 @@ from discovery_sync.tools.bench import _summary, _timed, delivery_latencies
 import discovery_sync as ds
 from tests.netfs.sshfs_rig import CACHE_OFF, SshfsRig
 
-TTL = 60.0  # room for mount B's 20 s cache window (doctor asks for at least ~47 s there)
+TTL = 60.0  # no record of the run may die meanwhile (mount B adds its 21 s cache window anyway)
 SCAN_TTL = 3600.0  # the scanned records' writer is dead: no rescan may judge them so meanwhile
 
 

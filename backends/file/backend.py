@@ -37,14 +37,13 @@ from .layout import StoreLayout
 from .locks import StoreLocks
 from .mounts import choose_modes, mount_of, store_cache_window
 from .notify import DirectoryNotifier
-from .records import read_record, refresh_listing, remove_record, touch_record, write_record
+from .records import REFERENCE_TTL, read_record, refresh_listing, remove_record, touch_record, write_record
 from .softlock import DEFAULT_STALE_AFTER
 from .view import BucketView, Entry, Version
 
 log = logging.getLogger("discovery_sync.backends.file")
 
 DEFAULT_TTL = 10.0
-REFERENCE_TTL = 10.0  # reference workers sweep files older than 10 s whatever our TTL is
 MAX_CONSECUTIVE_SCAN_ERRORS = 3
 MAX_REMEMBERED_REMOVALS = 10_000
 NOTICE_GRACE = 1.0  # seconds a notification may lag a rescan before the change counts as missed

@@ -12,7 +12,7 @@ from discovery_sync.pathcodec import decode
 
 from .layout import StoreLayout
 from .mounts import cache_options, cache_window, mount_of
-from .records import LEFTOVER_PREFIXES, TEMP_PREFIX, read_record
+from .records import LEFTOVER_PREFIXES, REFERENCE_TTL, TEMP_PREFIX, read_record
 
 STALE_TEMP_SECONDS = 60.0
 
@@ -38,6 +38,13 @@ def explain_caches(mount: dict[str, Any], window: float, ttl: float, poll: float
         f"without a visible heartbeat (TTL {ttl:g} + cache window {window:g})"
         + (" (noac / actimeo=0 / dir_cache=no removes the cache window)" if window else "")
     )
+    # the reference's sweep has no allowance for caches: a heartbeat every TTL/3, seen W s late
+    if window + REFERENCE_TTL / 3 >= REFERENCE_TTL:
+        report["reference_workers"] = (
+            f"reference (Rust) workers on this mount remove every file whose mtime looks {REFERENCE_TTL:g} s old on "
+            f"their wall clock; seen through a {window:g} s cache window, live records of other hosts look that old: "
+            "share the store with them only on a mount with caches off"
+        )
     return report
 
 

@@ -19,6 +19,8 @@ TEMP_PREFIX = ".tmp_"
 #: mid-write, and the copies network filesystems keep of a file deleted while open
 #: (libfuse's ``.fuse_hidden*``, the NFS client's ``.nfs*``)
 LEFTOVER_PREFIXES = (TEMP_PREFIX, ".fuse_hidden", ".nfs")
+#: reference workers remove every file whose mtime is this far behind their wall clock
+REFERENCE_TTL = 10.0
 READ_SIZE = 65536
 
 

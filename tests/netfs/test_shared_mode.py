@@ -65,6 +65,8 @@ def test_doctor_reports_the_mounts_caches_and_what_they_mean_for_liveness(stores
     assert fs_a["cache_window_s"] == 0 and fs_b["cache_window_s"] == 21
     assert (fs_a["dead_after_s"], fs_b["dead_after_s"]) == (10, 31)
     assert "21 s late" in fs_b["meaning"] and "dead after 31 s" in fs_b["meaning"]
+    # reference workers sweep by mtime age on their wall clock: B's window would make them sweep live records
+    assert "reference_workers" not in fs_a and "caches off" in fs_b["reference_workers"]
     assert reports["a"]["buckets"]["v1/instances"]["hidden_files"] == 0
     with ds.connect(f"file://{b}?ttl=10") as client:
         assert (client.cache_window, client.dead_after) == (21.0, 31.0)
