@@ -37,7 +37,7 @@ from .layout import StoreLayout
 from .locks import StoreLocks
 from .mounts import choose_modes, mount_of, store_cache_window
 from .notify import DirectoryNotifier
-from .records import REFERENCE_TTL, read_record, refresh_listing, remove_record, touch_record, write_record
+from .records import REFERENCE_TTL, read_open, read_record, refresh_listing, remove_record, touch_record, write_record
 from .softlock import DEFAULT_STALE_AFTER
 from .view import BucketView, Entry, Version
 
@@ -395,11 +395,10 @@ def _still_unchanged(path: Path, entry: Entry) -> bool:
     on open (NFS close-to-open) or answer fstat from the server (sshfs), not from a stale cache.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:  # gone, or not a regular record any more
+        with read_open(str(path)) as opened:
+            if opened is None:  # gone, or not a regular record any more
+                return False
+            st = opened[0]
+    except OSError:  # unreadable now: not ours to judge
         return False
-    try:
-        st = os.fstat(fd)
-    finally:
-        os.close(fd)
     return (st.st_ino, st.st_mtime_ns) == (entry.ino, entry.mtime_ns)

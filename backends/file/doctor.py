@@ -17,17 +17,16 @@ from .records import LEFTOVER_PREFIXES, REFERENCE_TTL, TEMP_PREFIX, read_record
 STALE_TEMP_SECONDS = 60.0
 
 
-def explain_caches(mount: dict[str, Any], window: float, ttl: float, poll: float) -> dict[str, Any]:
+def explain_caches(mount: dict[str, Any], window: float, ttl: float, poll: float, *, unknown: bool) -> dict[str, Any]:
     """What the mount's caches mean for delivery latency and for liveness (``window``: the cache
-    window the client allows for)."""
-    detected = cache_window(mount)
+    window the client allows for; ``unknown``: neither detected nor given)."""
     report: dict[str, Any] = {
         "cache_options": cache_options(mount),
         "cache_window_s": window,
         "delivery_latency_s": f"up to {poll + window:g} (poll interval {poll:g} + cache window {window:g})",
         "dead_after_s": ttl + window,
     }
-    if detected is None and not window:
+    if unknown:
         report["meaning"] = (
             f"unknown caching on {mount['type']}: measure how late one host sees another's writes and give the "
             "store cache_window=<seconds>, or readers here may judge live records of other hosts dead"
@@ -97,8 +96,9 @@ def diagnose_store(
         )
     if mount["network"] and lock != "soft":
         problems.append(f"flock locks may not be shared between hosts on {mount['type']}: use lock=soft")
-    caches = explain_caches(mount, window, ttl, poll if observer == "polling" else 0.0)
-    if mount["network"] and cache_window(mount) is None and not window:
+    unknown = cache_window(mount) is None and not window  # only network filesystems can be unknown
+    caches = explain_caches(mount, window, ttl, poll if observer == "polling" else 0.0, unknown=unknown)
+    if unknown:
         problems.append(caches["meaning"])
     mount = {**mount, **caches}
     return {
