@@ -58,7 +58,14 @@ class TcpProxy:
                 continue
             upstream.settimeout(None)
             with self._lock:
-                self._sockets |= {client, upstream}
+                # a cut while this connection was being made must drop it too
+                cut_meanwhile = not self._open
+                if not cut_meanwhile:
+                    self._sockets |= {client, upstream}
+            if cut_meanwhile:
+                _close(client)
+                _close(upstream)
+                continue
             for source, sink in ((client, upstream), (upstream, client)):
                 threading.Thread(
                     target=self._pump, args=(source, sink), name=f"tcp-proxy-{self.port}-pump", daemon=True
