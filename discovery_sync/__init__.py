@@ -10,7 +10,7 @@ with ds.connect("file:///tmp/store") as client:
 """
 
 from .connect import connect, default_url
-from .discovery import Discovery
+from .discovery import CollectedGarbage, Discovery
 from .errors import (
     BackendUnavailable,
     ClientClosed,
@@ -63,6 +63,7 @@ __all__ = [
     "Added",
     "BackendUnavailable",
     "ClientClosed",
+    "CollectedGarbage",
     "ConflictError",
     "Discovery",
     "DiscoveryError",

@@ -56,8 +56,9 @@ class FeedSet:
         records = list(snapshot)
         return sum(feed.reconcile(records, force_resync=force) for feed in self.current(kind))
 
-    def fail(self, exc: BaseException) -> None:
-        for feed in self.current():
+    def fail(self, exc: BaseException, kind: RecordKind | None = None) -> None:
+        """Fail every feed (of ``kind`` only, when given) with ``exc``."""
+        for feed in self.current(kind):
             feed.fail(exc)
 
     def close_all(self) -> None:

@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import logging
 import threading
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .errors import ClientClosed, ConflictError, DiscoveryError, NotFoundError, ValidationError
@@ -28,6 +29,15 @@ from .watch import DEFAULT_WATCH_QUEUE_SIZE, Watch, WatchFeed
 log = logging.getLogger(__name__)
 
 _SPEC_TYPES = (EndpointSpec, ModelSpec, EventChannelSpec, EventSourceSpec)
+
+
+class CollectedGarbage(list[str]):
+    """What :meth:`Discovery.collect_garbage` removed: the store keys, in order; and in
+    ``not_removed``, dead records it found but could not remove (store key -> why)."""
+
+    def __init__(self, removed: Iterable[str] = (), not_removed: Mapping[str, str] | None = None) -> None:
+        super().__init__(removed)
+        self.not_removed: dict[str, str] = dict(not_removed or {})
 
 
 class Discovery(abc.ABC):
@@ -221,13 +231,14 @@ class Discovery(abc.ABC):
         self._diagnose(report)
         return report
 
-    def collect_garbage(self) -> list[str]:
-        """Remove records whose owners died and return their store keys.
+    def collect_garbage(self) -> CollectedGarbage:
+        """Remove records whose owners died and return their store keys (a list; its
+        ``not_removed`` maps the keys of dead records that could not be removed to the reason).
 
         Backends whose store expires records by itself (leases) return an empty list.
         """
         self._check_open()
-        return []
+        return CollectedGarbage()
 
     def _diagnose(self, report: dict[str, Any]) -> None:
         """Add backend details and problems to ``report`` (nothing by default)."""

@@ -40,10 +40,17 @@ def encode_filename(text: str) -> str:
 
 
 def decode(text: str) -> str:
-    """Decode ``%XX`` escapes; raise ValidationError on a truncated or bad escape or non-UTF-8."""
+    """Decode ``%XX`` escapes. ValidationError for anything that is not percent-encoded UTF-8:
+    a non-string, a truncated or bad escape, escapes of bytes that are not UTF-8, or text that
+    is not UTF-8 itself (lone surrogates, as ``os.fsdecode`` makes of non-UTF-8 file names)."""
+    if not isinstance(text, str):
+        raise ValidationError(f"expected percent-encoded text, got {type(text).__name__}")
+    try:
+        raw = text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidationError(f"{text!r} is not valid UTF-8 (it holds lone surrogates)") from None
     if "%" not in text:
         return text
-    raw = text.encode("utf-8")
     out = bytearray()
     i = 0
     while i < len(raw):

@@ -50,12 +50,18 @@ def from_url(netloc: str, path: str, options: dict[str, Any]) -> FileDiscovery:
                 settings[key] = float(value)
             except (TypeError, ValueError):
                 raise ValidationError(f"file store option {key}={value!r} must be a number") from None
-        elif key in ("observer", "lock"):
+        elif key in ("observer", "lock", "permissions"):
             settings[key] = value
+        elif key == "max_record_bytes":
+            try:
+                settings[key] = int(value)
+            except (TypeError, ValueError):
+                raise ValidationError(f"file store option {key}={value!r} must be a whole number of bytes") from None
         elif key == "instance_id":
             settings[key] = int(value)
         else:
             raise ValidationError(
-                f"unknown file store option {key!r}: use mode, observer, lock, {', '.join(_FLOAT_OPTIONS)}"
+                f"unknown file store option {key!r}: use mode, observer, lock, permissions, max_record_bytes, "
+                f"{', '.join(_FLOAT_OPTIONS)}"
             )
     return FileDiscovery(path or default_root(), **settings)

@@ -5,8 +5,14 @@ Threads of a client, all named and daemonic, all stopped by ``shutdown()``:
 * ``discovery-sync-file-heartbeat``: touches this client's files so readers see them alive,
   and writes back any that were swept while the client stalled;
 * ``discovery-sync-file-rescan``: rescans every bucket, reconciles watches (missed changes,
-  then ``Resync``), warns about unreadable files and deletes dead records;
+  then ``Resync``), warns about files it skips, deletes dead records and writes back this
+  client's records when another writer replaced them;
 * the watchdog observer (started with the first watch): re-reads files as they change.
+
+The store is shared with whoever can write to it, so nothing in it is trusted: directories are
+never followed through symlinks (:mod:`.directory`), only records are deleted (:mod:`.sweep`),
+files are judged by name and type before they are read (:mod:`.names`, :mod:`.view`), and who
+else can change the store is checked on connect (:mod:`.permissions`).
 """
 
 from __future__ import annotations
@@ -22,24 +28,36 @@ from pathlib import Path
 from typing import Any
 
 from discovery_sync.broadcast import FeedSet
-from discovery_sync.discovery import Discovery
+from discovery_sync.discovery import CollectedGarbage, Discovery
 from discovery_sync.errors import BackendUnavailable, DiscoveryError, ValidationError
 from discovery_sync.events import DiscoveryEvent
 from discovery_sync.identity import DiscoveryInstanceId, RecordKind
 from discovery_sync.model import DiscoveryInstance, instance_from_json, instance_to_json
-from discovery_sync.pathcodec import decode
 from discovery_sync.periodic import PeriodicThread
 from discovery_sync.queries import Query
 from discovery_sync.watch import WatchFeed
 
+from .directory import StoreDirectory, SymlinkRefused
 from .doctor import diagnose_store
-from .layout import StoreLayout
+from .layout import LOCK_DIRNAME, StoreLayout
 from .locks import StoreLocks
 from .mounts import choose_modes, mount_of, store_cache_window
 from .notify import DirectoryNotifier
-from .records import REFERENCE_TTL, read_open, read_record, refresh_listing, remove_record, touch_record, write_record
+from .permissions import PERMISSION_POLICIES, unsafe
+from .records import (
+    DEFAULT_MAX_RECORD_BYTES,
+    REFERENCE_TTL,
+    RecordTooLarge,
+    read_file,
+    refresh_listing,
+    remove_record,
+    stat_entry,
+    touch_record,
+    write_record,
+)
 from .softlock import DEFAULT_STALE_AFTER
-from .view import BucketView, Entry, Version
+from .sweep import Sweeper, SweepResult
+from .view import BucketView, Content
 
 log = logging.getLogger("discovery_sync.backends.file")
 
@@ -53,7 +71,7 @@ MAX_NOTICE_GRACE = 3.0
 class FileDiscovery(Discovery):
     """Discovery on a directory tree laid out like the reference runtime's FileStore.
 
-    :param root: the store directory (created if missing).
+    :param root: the store directory (created if missing, mode 0755; see docs/decisions.md).
     :param ttl: seconds a record survives without a heartbeat (as judged by each reader).
     :param observer: ``inotify`` (one host) or ``polling`` (network filesystems); default: polling
         on a network filesystem (nfs, cifs, fuse.sshfs, …, from /proc/self/mountinfo), else inotify.
@@ -67,6 +85,11 @@ class FileDiscovery(Discovery):
     :param cache_window: seconds this host may see other hosts' changes late (attribute and
         listing caches of a network mount); default: read from the mount's options. A record is
         judged dead after ``ttl + cache_window`` seconds without a visible heartbeat.
+    :param max_record_bytes: files larger than this are never read (default 4 MiB); registering
+        a larger record is refused.
+    :param permissions: ``warn`` (default) logs, and ``refuse`` raises BackendUnavailable, when
+        another local user can change the store (a directory owned by another user, or group- or
+        world-writable without the sticky bit).
     """
 
     backend_name = "file"
@@ -83,6 +106,8 @@ class FileDiscovery(Discovery):
         lock_timeout: float | None = None,
         lock_stale: float = DEFAULT_STALE_AFTER,
         cache_window: float | None = None,
+        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+        permissions: str = "warn",
         instance_id: int | None = None,
     ) -> None:
         super().__init__()
@@ -90,8 +115,15 @@ class FileDiscovery(Discovery):
             raise ValidationError(f"ttl must be a positive number of seconds, got {ttl!r}")
         if cache_window is not None and not cache_window >= 0:
             raise ValidationError(f"cache_window must be a number of seconds >= 0, got {cache_window!r}")
+        if isinstance(max_record_bytes, bool) or not isinstance(max_record_bytes, int) or max_record_bytes < 1024:
+            raise ValidationError(f"max_record_bytes must be a whole number of bytes >= 1024, got {max_record_bytes!r}")
+        if permissions not in PERMISSION_POLICIES:
+            raise ValidationError(
+                f"permissions={permissions!r} is not valid: use one of {', '.join(PERMISSION_POLICIES)}"
+            )
         self.layout = StoreLayout(root)
         self.ttl = float(ttl)
+        self.max_record_bytes = max_record_bytes
         self.heartbeat_interval = max(min(self.ttl, REFERENCE_TTL) / 3, 0.25)
         self.rescan_interval = rescan_interval if rescan_interval is not None else min(2.0, self.ttl / 3)
         self._instance_id = instance_id if instance_id is not None else secrets.randbits(64)
@@ -106,25 +138,35 @@ class FileDiscovery(Discovery):
         self._notifier = DirectoryNotifier(observer, poll_interval)
         self._poll_interval = poll_interval
         self._notice_grace = notice_grace(observer, poll_interval)
-        try:
-            self.layout.ensure()
-        except OSError as exc:
-            raise BackendUnavailable(f"cannot create the file store at {self.layout.root}: {exc}") from exc
+        self._buckets = {kind: StoreDirectory(self.layout.root, kind.bucket) for kind in RecordKind}
+        self._lock_dir = StoreDirectory(self.layout.root, LOCK_DIRNAME)
+        self._open_directories(permissions)
         self._feeds = FeedSet()
         self._views = {
             kind: BucketView(
-                kind, self.layout.buckets[kind], self.dead_after, self._feeds.publish, settle=self.cache_window
+                kind,
+                self._buckets[kind],
+                self.dead_after,
+                self._feeds.publish,
+                settle=self.cache_window,
+                max_record_bytes=max_record_bytes,
             )
             for kind in RecordKind
         }
+        self._sweeper = Sweeper()
         self._start_lock = threading.Lock()
         self._stopping = threading.Event()
         self._removed_lock = threading.Lock()
         self._removed_by_rescan: list[str] = []  # reported by the next collect_garbage()
-        self._scan_errors = 0
+        self._scan_errors = dict.fromkeys(RecordKind, 0)
+        self._last_scan_error: dict[RecordKind | None, str | None] = {}
+        # the inode of each record this client wrote (or adopted): a different one means another
+        # writer replaced it
+        self._written: dict[DiscoveryInstanceId, int] = {}
+        self._replaced_warned: set[tuple[DiscoveryInstanceId, int]] = set()
         # content changes a rescan found that notifications had not delivered yet, by bucket:
-        # name -> (version, when first found)
-        self._suspects: dict[RecordKind, dict[str, tuple[Version | None, float]]] = {kind: {} for kind in RecordKind}
+        # name -> (content, when first found)
+        self._suspects: dict[RecordKind, dict[str, tuple[Content | None, float]]] = {kind: {} for kind in RecordKind}
         self._heartbeat = PeriodicThread(
             "discovery-sync-file-heartbeat", self.heartbeat_interval, self._beat, on_error=self._heartbeat_error
         )
@@ -133,6 +175,28 @@ class FileDiscovery(Discovery):
         )
         self._heartbeat.start()
         self._rescanner.start()
+
+    def _open_directories(self, permissions: str) -> None:
+        directories = [*self._buckets.values(), self._lock_dir]
+        try:
+            for directory in directories:
+                directory.open(create=True)
+        except SymlinkRefused:
+            self._close_directories()
+            raise
+        except OSError as exc:
+            self._close_directories()
+            raise BackendUnavailable(f"cannot create the file store at {self.layout.root}: {exc}") from exc
+        problems = unsafe(self.layout.root, self.layout.relatives())
+        if problems and permissions == "refuse":
+            self._close_directories()
+            raise BackendUnavailable("refusing the file store (permissions=refuse): " + "; ".join(problems))
+        for problem in problems:
+            log.warning("the file store is not safe from other local users: %s", problem)
+
+    def _close_directories(self) -> None:
+        for directory in [*self._buckets.values(), self._lock_dir]:
+            directory.close()
 
     @property
     def instance_id(self) -> int:
@@ -151,44 +215,83 @@ class FileDiscovery(Discovery):
         return self._locks.mode
 
     # -- storage primitives ---------------------------------------------------------------------------
-    def _get(self, instance_id: DiscoveryInstanceId) -> DiscoveryInstance | None:
-        raw = read_record(self.layout.path_of(instance_id))
-        if raw is None:
-            return None
+    def _read_stored(self, instance_id: DiscoveryInstanceId) -> tuple[DiscoveryInstance | None, str | None]:
+        """The stored record with this id, or None and why it cannot be served (None: absent)."""
+        name = self.layout.file_name(instance_id)
         try:
-            return instance_from_json(raw)
-        except ValidationError:
-            log.warning("the stored record %s is unreadable; treating it as absent", instance_id.to_path())
-            return None
+            with self._buckets[instance_id.kind].use() as dir_fd:
+                raw = read_file(dir_fd, name, self.max_record_bytes)
+                if raw is None:
+                    st = stat_entry(dir_fd, name)
+                    return None, (None if st is None else "it is not a regular file")
+        except RecordTooLarge as exc:
+            return None, f"it is too large ({exc})"
+        except OSError as exc:
+            return None, f"it cannot be read ({exc.strerror})"
+        try:
+            instance = instance_from_json(raw)
+        except ValidationError as exc:
+            return None, f"it is not a valid record ({exc})"
+        if instance.id() != instance_id:
+            return None, f"it holds another record ({instance.id().to_path()})"
+        return instance, None
+
+    def _get(self, instance_id: DiscoveryInstanceId) -> DiscoveryInstance | None:
+        instance, problem = self._read_stored(instance_id)
+        if problem is not None:
+            log.warning("the stored record %s is unusable, treating it as absent: %s", instance_id.to_path(), problem)
+        return instance
 
     def _create(self, instance: DiscoveryInstance) -> DiscoveryInstance | None:
         instance_id = instance.id()
-        name = self.layout.file_name(instance_id)
-        directory = self.layout.buckets[instance.kind]
-        if self._write(directory, name, instance, create_only=True):
+        if self._write(instance, create_only=True):
             return None
-        existing = self._get(instance_id)
+        existing, problem = self._read_stored(instance_id)
         if existing is None:
+            path = self.layout.path_of(instance_id)
             raise DiscoveryError(
-                f"{instance.kind.value} {instance_id.to_path()} exists in the store but cannot be read; "
-                f"delete {directory / name} or run 'discovery-sync gc'"
+                f"{instance.kind.value} {instance_id.to_path()} cannot be registered: {path} exists but "
+                f"{problem or 'vanished while it was read'}; remove it (or run 'discovery-sync gc' if its writer died)"
             )
+        self._adopt(instance_id)
         return existing
 
     def _replace(self, instance: DiscoveryInstance) -> None:
-        self._write(
-            self.layout.buckets[instance.kind], self.layout.file_name(instance.id()), instance, create_only=False
-        )
+        self._write(instance, create_only=False)
 
-    def _write(self, directory: Path, name: str, instance: DiscoveryInstance, *, create_only: bool) -> bool:
+    def _write(self, instance: DiscoveryInstance, *, create_only: bool) -> bool:
+        """Write ``instance`` to its file; False when ``create_only`` and the file exists."""
+        instance_id = instance.id()
+        name = self.layout.file_name(instance_id)
+        data = instance_to_json(instance)
+        if len(data) > self.max_record_bytes:
+            raise ValidationError(
+                f"{instance.kind.value} {instance_id.to_path()} is {len(data)} bytes as JSON, more than "
+                f"max_record_bytes={self.max_record_bytes}: readers would skip it; store less in it"
+            )
+        directory = self._buckets[instance.kind]
         try:
-            return write_record(directory, name, instance_to_json(instance), create_only=create_only)
+            with directory.use() as dir_fd:
+                inode = write_record(dir_fd, name, data, create_only=create_only)
         except OSError as exc:
-            raise BackendUnavailable(f"cannot write {directory / name}: {exc}") from exc
+            raise BackendUnavailable(f"cannot write {directory.path / name}: {exc}") from exc
+        if inode is None:
+            return False
+        self._written[instance_id] = inode
+        return True
+
+    def _adopt(self, instance_id: DiscoveryInstanceId) -> None:
+        """Take the file now stored under ``instance_id`` as this client's (create-if-absent kept it)."""
+        with self._buckets[instance_id.kind].use() as dir_fd:
+            st = stat_entry(dir_fd, self.layout.file_name(instance_id))
+        if st is not None:
+            self._written[instance_id] = st.st_ino
 
     def _delete(self, instance_id: DiscoveryInstanceId) -> None:
+        self._written.pop(instance_id, None)
         try:
-            remove_record(self.layout.path_of(instance_id))
+            with self._buckets[instance_id.kind].use() as dir_fd:
+                remove_record(dir_fd, self.layout.file_name(instance_id))
         except OSError as exc:
             raise BackendUnavailable(f"cannot delete {instance_id.to_path()}: {exc}") from exc
 
@@ -197,20 +300,21 @@ class FileDiscovery(Discovery):
         prefix = self.layout.name_prefix(query)
         try:
             if self.cache_window:  # make this host's listing current: see other hosts' writes now
-                with contextlib.suppress(OSError):  # a read-only mount: the caches decide
-                    refresh_listing(view.directory)
+                with contextlib.suppress(OSError), view.directory.use() as dir_fd:  # read-only: caches decide
+                    refresh_listing(dir_fd)
             view.refresh(prefix, quick=self._locks.mode == "hard")
         except OSError as exc:
-            raise BackendUnavailable(f"cannot read {view.directory}: {exc}") from exc
+            raise BackendUnavailable(f"cannot read {view.directory.path}: {exc}") from exc
         return view.valid(prefix, skip=self._owned_names(query.kind))
 
     @contextlib.contextmanager
     def _store_lock(self, kind: RecordKind, key: str) -> Iterator[None]:
         # the whole bucket, as reference workers lock it for every change they make
-        directory = self.layout.buckets[kind]
-        with self._locks.hold(directory, self.layout.lock_path(kind.bucket)):
+        bucket = self._buckets[kind]
+        with self._locks.hold(bucket, self._lock_dir, self.layout.lock_name(kind.bucket)):
             if self._locks.mode == "soft":
-                refresh_listing(directory)
+                with bucket.use() as dir_fd:
+                    refresh_listing(dir_fd)
             yield
 
     def _open_feed(self, feed: WatchFeed) -> None:
@@ -218,19 +322,21 @@ class FileDiscovery(Discovery):
         view = self._views[feed.query.kind]
         prefix = self.layout.name_prefix(feed.query)
         with view.lock:  # no change may be published between the snapshot and the subscription
-            view.refresh(prefix)
+            try:
+                view.refresh(prefix)
+            except OSError as exc:
+                raise BackendUnavailable(f"cannot read {view.directory.path}: {exc}") from exc
             feed.start(view.valid(prefix, skip=self._owned_names(feed.query.kind)))
             self._feeds.add(feed)
 
     def _probe(self) -> None:
-        for directory in self.layout.buckets.values():
-            if not os.access(directory, os.R_OK | os.W_OK | os.X_OK):
-                raise BackendUnavailable(f"the file store directory {directory} is missing or not writable")
-        try:
-            with os.scandir(self.layout.buckets[RecordKind.ENDPOINT]):
-                pass
-        except OSError as exc:
-            raise BackendUnavailable(f"cannot read the file store at {self.layout.root}: {exc}") from exc
+        for directory in self._buckets.values():
+            try:
+                directory.revalidate()
+                with directory.use() as dir_fd, os.scandir(dir_fd):
+                    pass
+            except OSError as exc:
+                raise BackendUnavailable(f"cannot read the file store directory {directory.path}: {exc}") from exc
 
     def _diagnose(self, report: dict[str, Any]) -> None:
         details = diagnose_store(
@@ -240,28 +346,39 @@ class FileDiscovery(Discovery):
             self.ttl,
             self.cache_window,
             self._poll_interval,
+            self.max_record_bytes,
         )
         report["problems"].extend(details.pop("problems"))
         report.update(details)
 
-    def collect_garbage(self) -> list[str]:
+    def collect_garbage(self) -> CollectedGarbage:
         """Watch the store for one TTL plus the cache window (liveness is judged on this reader's
         clock), then remove the records nobody touched meanwhile; return their store keys.
-        Leftover temp and hidden files as still as that are removed too (and logged)."""
+        Leftover temp and hidden files as still as that are removed too (and logged). Dead records
+        the store does not let this user delete (a read-only mount, another user's file in a
+        sticky directory) stay, listed in the result's ``not_removed`` with the reason."""
         self._check_open()
         with self._removed_lock:
             self._removed_by_rescan.clear()
         for view in self._views.values():
-            view.refresh()
+            self._refresh_quietly(view)
         self._stopping.wait(self.dead_after + self.rescan_interval)
-        removed: list[str] = []
+        result = SweepResult()
         for view in self._views.values():
-            view.refresh()
-            removed += self._collect_garbage(view)
+            self._refresh_quietly(view)
+            swept = self._sweeper.sweep(view, self._owned_names(view.kind), retry=True)
+            result.removed += swept.removed
+            result.not_removed.update(swept.not_removed)
         with self._removed_lock:
-            removed += self._removed_by_rescan
+            result.removed += self._removed_by_rescan
             self._removed_by_rescan.clear()
-        return sorted(set(removed))
+        return CollectedGarbage(sorted(set(result.removed)), result.not_removed)
+
+    def _refresh_quietly(self, view: BucketView) -> None:
+        try:
+            view.refresh()
+        except OSError as exc:
+            raise BackendUnavailable(f"cannot read {view.directory.path}: {exc}") from exc
 
     def _close(self) -> None:
         self._stopping.set()
@@ -270,6 +387,7 @@ class FileDiscovery(Discovery):
         self._notifier.stop()
         self._locks.close()
         self._feeds.close_all()
+        self._close_directories()
 
     # -- notification -----------------------------------------------------------------------------------
     def _ensure_notifier(self) -> None:
@@ -293,14 +411,22 @@ class FileDiscovery(Discovery):
     def _beat(self) -> None:
         # dict() copies atomically under the GIL, without waiting for a long API call's lock
         for instance_id, instance in dict(self._owned).items():
-            path = self.layout.path_of(instance_id)
-            if touch_record(path) or self._closed:
+            name = self.layout.file_name(instance_id)
+            try:
+                with self._buckets[instance_id.kind].use() as dir_fd:
+                    if touch_record(dir_fd, name) or self._closed:
+                        continue
+            except PermissionError:  # someone else's file under our name: the rescan writes ours back
+                self._rescanner.wake()
                 continue
             with self._api_lock:
                 if self._owned.get(instance_id) is not instance or self._closed:
                     continue  # unregistered meanwhile
-                write_record(path.parent, path.name, instance_to_json(instance), create_only=True)
-                log.warning("record %s was removed from the store while this client is alive; wrote it again", path)
+                self._write(instance, create_only=True)
+                log.warning(
+                    "record %s was removed from the store while this client is alive; wrote it again",
+                    self.layout.path_of(instance_id),
+                )
 
     def _heartbeat_error(self, exc: BaseException) -> bool:
         log.error("heartbeat of the file store at %s failed: %s", self.layout.root, exc)
@@ -308,54 +434,109 @@ class FileDiscovery(Discovery):
 
     # -- rescan -----------------------------------------------------------------------------------------
     def rescan(self) -> None:
-        """Rescan every bucket now: publish missed changes (then Resync), delete dead records."""
+        """Rescan every bucket now: publish missed changes (then Resync), delete dead records,
+        write back this client's records that another writer replaced. A bucket that cannot be
+        read fails the watches of its kind only; the other buckets are scanned all the same."""
         if self._notifier.started and not self._notifier.is_alive():
             log.warning("the file-store observer stopped; restarting it and resynchronising")
             self._notifier.stop()
             self._ensure_notifier()
         for kind, view in self._views.items():
-            missed: list[tuple[DiscoveryEvent, DiscoveryInstance | None]] = []
-            previous, current = self._suspects[kind], {}
-            self._suspects[kind] = current
-            scanned_at = time.monotonic()
-            view.refresh(
-                publish=lambda event, instance, into=missed: into.append((event, instance)),
-                gate=lambda name, version, seen=previous, now=current, at=scanned_at: _confirm(
-                    name, version, seen, now, at, self._notice_grace
-                ),
-            )
-            self._feeds.publish_missed(kind, missed)
-            view.warn_pending()
-            removed = self._collect_garbage(view)
-            if removed:
-                with self._removed_lock:
-                    self._removed_by_rescan.extend(removed[:MAX_REMEMBERED_REMOVALS])
-                    del self._removed_by_rescan[:-MAX_REMEMBERED_REMOVALS]
-        self._scan_errors = 0
-
-    def _collect_garbage(self, view: BucketView) -> list[str]:
-        removed = []
-        for name, entry in view.dead(self._owned_names(view.kind)):
-            path = view.directory / name
-            if name.startswith("."):  # a leftover temp or hidden file: not a record
-                if _still_unchanged(path, entry) and remove_record(path):
-                    log.info("removed the leftover file %s: unchanged for %.1f s", path, view.dead_after)
-                view.forget_leftover(name)
+            try:
+                self._rescan_bucket(kind, view)
+            except (OSError, DiscoveryError) as exc:
+                self._scan_failed(exc, kind)
                 continue
-            if _still_unchanged(path, entry) and remove_record(path):
-                log.info("removed %s/%s: no heartbeat for %.1f s", view.kind.bucket, name, view.dead_after)
-                removed.append(f"{view.kind.bucket}/{decode(name)}")
-            view.refresh_name(name)
-        return removed
+            self._scan_errors[kind] = 0
+            self._last_scan_error[kind] = None
+
+    def _rescan_bucket(self, kind: RecordKind, view: BucketView) -> None:
+        missed: list[tuple[DiscoveryEvent, DiscoveryInstance | None]] = []
+        previous, current = self._suspects[kind], {}
+        self._suspects[kind] = current
+        scanned_at = time.monotonic()
+        view.refresh(
+            publish=lambda event, instance, into=missed: into.append((event, instance)),
+            gate=lambda name, content, seen=previous, now=current, at=scanned_at: _confirm(
+                name, content, seen, now, at, self._notice_grace
+            ),
+        )
+        self._feeds.publish_missed(kind, missed)
+        view.warn_pending()
+        removed = self._sweeper.sweep(view, self._owned_names(kind)).removed
+        if removed:
+            with self._removed_lock:
+                self._removed_by_rescan.extend(removed[:MAX_REMEMBERED_REMOVALS])
+                del self._removed_by_rescan[:-MAX_REMEMBERED_REMOVALS]
+        self._restore_replaced(kind, view)
+
+    def _restore_replaced(self, kind: RecordKind, view: BucketView) -> None:
+        """Write back this client's records whose file another writer replaced (a new inode)."""
+        for instance_id in [i for i in dict(self._owned) if i.kind is kind]:
+            name = self.layout.file_name(instance_id)
+            written = self._written.get(instance_id)
+            seen = view.inode_of(name)
+            if written is None or seen is None or seen == written:
+                continue
+            with self._api_lock:
+                instance = self._owned.get(instance_id)
+                if instance is None or self._closed:
+                    continue
+                self._restore(instance, name)
+
+    def _restore(self, instance: DiscoveryInstance, name: str) -> None:
+        instance_id = instance.id()
+        directory = self._buckets[instance_id.kind]
+        with directory.use() as dir_fd:
+            st = stat_entry(dir_fd, name)
+            if st is None or st.st_ino == self._written.get(instance_id):
+                return  # gone (the heartbeat writes it again) or ours after all
+            try:
+                same = read_file(dir_fd, name, self.max_record_bytes) == instance_to_json(instance)
+            except (OSError, RecordTooLarge):
+                same = False
+            if same:  # the same bytes under a new inode (a copy put back): ours all the same
+                self._written[instance_id] = st.st_ino
+                return
+        try:
+            self._write(instance, create_only=False)
+        except BackendUnavailable as exc:
+            if (instance_id, st.st_ino) not in self._replaced_warned:
+                self._replaced_warned.add((instance_id, st.st_ino))
+                log.error(
+                    "record %s of this client was replaced by a file of uid %d and cannot be written back (%s): "
+                    "readers now see that file's content under this client's identity",
+                    directory.path / name,
+                    st.st_uid,
+                    exc.__cause__ or exc,
+                )
+            return
+        log.warning(
+            "record %s of this client was replaced by another writer (a file of uid %d); wrote it back",
+            directory.path / name,
+            st.st_uid,
+        )
 
     def _rescan_error(self, exc: BaseException) -> bool:
+        # the observer could not be restarted, or a bug: every watch is concerned
+        self._scan_failed(exc, None)
+        return True
+
+    def _scan_failed(self, exc: BaseException, kind: RecordKind | None) -> None:
+        """A rescan of ``kind``'s bucket (None: of the whole store) failed. Transient errors are
+        retried a few times; then, and at once when the directory is gone or refused, the watches
+        concerned fail. The thread goes on, so a store that is repaired serves new watches."""
+        if isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError) and kind is not None:
+            self._scan_errors[kind] += 1
+            if self._scan_errors[kind] < MAX_CONSECUTIVE_SCAN_ERRORS:
+                log.warning("rescan of %s failed (%d in a row): %s", kind.bucket, self._scan_errors[kind], exc)
+                return
         if isinstance(exc, OSError):
-            self._scan_errors += 1
-            log.warning("rescan of %s failed (%d in a row): %s", self.layout.root, self._scan_errors, exc)
-            if self._scan_errors < MAX_CONSECUTIVE_SCAN_ERRORS:
-                return True
-        self._feeds.fail(exc)
-        return isinstance(exc, OSError)
+            exc = BackendUnavailable(f"cannot watch the file store at {self.layout.root}: {exc}")
+        if str(exc) != self._last_scan_error.get(kind):  # said once per problem, not every rescan
+            log.error("rescan of %s failed; its watches fail: %s", kind.bucket if kind else self.layout.root, exc)
+        self._last_scan_error[kind] = str(exc)
+        self._feeds.fail(exc, kind)
 
     def _owned_names(self, kind: RecordKind) -> frozenset[str]:
         return frozenset(self.layout.file_name(i) for i in dict(self._owned) if i.kind is kind)
@@ -363,20 +544,21 @@ class FileDiscovery(Discovery):
 
 def _confirm(
     name: str,
-    version: Version | None,
-    previous: dict[str, tuple[Version | None, float]],
-    current: dict[str, tuple[Version | None, float]],
+    content: Content | None,
+    previous: dict[str, tuple[Content | None, float]],
+    current: dict[str, tuple[Content | None, float]],
     now: float,
     grace: float,
 ) -> bool:
-    """A rescan publishes a change as missed only when earlier rescans saw the same version for
+    """A rescan publishes a change as missed only when earlier rescans saw the same content for
     ``grace`` seconds without a notification delivering it; otherwise it waits for a later round.
-    (Publishing it sooner would turn a notification that is merely slow into a Resync.)"""
+    (Publishing it sooner would turn a notification that is merely slow into a Resync.) Content,
+    not the file's version, is compared: heartbeats move the mtime every second at short TTLs."""
     seen = previous.get(name)
-    first_seen = seen[1] if seen is not None and seen[0] == version else now
+    first_seen = seen[1] if seen is not None and seen[0] == content else now
     if now - first_seen >= grace:
         return True
-    current[name] = (version, first_seen)
+    current[name] = (content, first_seen)
     return False
 
 
@@ -386,19 +568,3 @@ def notice_grace(observer: str, poll_interval: float) -> float:
     if observer == "polling":
         return min(max(3 * poll_interval, NOTICE_GRACE), MAX_NOTICE_GRACE)
     return NOTICE_GRACE
-
-
-def _still_unchanged(path: Path, entry: Entry) -> bool:
-    """Re-check a dead file right before deleting it: same inode, same mtime.
-
-    The file is re-opened and its open handle stat-ed: network filesystems revalidate attributes
-    on open (NFS close-to-open) or answer fstat from the server (sshfs), not from a stale cache.
-    """
-    try:
-        with read_open(str(path)) as opened:
-            if opened is None:  # gone, or not a regular record any more
-                return False
-            st = opened[0]
-    except OSError:  # unreadable now: not ours to judge
-        return False
-    return (st.st_ino, st.st_mtime_ns) == (entry.ino, entry.mtime_ns)

@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 from discovery_sync.errors import ValidationError
+from discovery_sync.identity import RecordKind
 from discovery_sync.model import instance_from_json
-from discovery_sync.pathcodec import decode
 
+from .directory import SymlinkRefused, open_below
 from .layout import StoreLayout
 from .mounts import cache_options, cache_window, mount_of
-from .records import LEFTOVER_PREFIXES, REFERENCE_TTL, TEMP_PREFIX, read_record
+from .names import id_of_name, printable, record_name
+from .permissions import unsafe
+from .records import DEFAULT_MAX_RECORD_BYTES, REFERENCE_TTL, TEMP_PREFIX, RecordTooLarge, read_file
+from .view import describe_entry
 
 STALE_TEMP_SECONDS = 60.0
+MAX_LISTED_FOREIGN = 20
 
 
 def explain_caches(mount: dict[str, Any], window: float, ttl: float, poll: float, *, unknown: bool) -> dict[str, Any]:
@@ -48,46 +54,42 @@ def explain_caches(mount: dict[str, Any], window: float, ttl: float, poll: float
 
 
 def diagnose_store(
-    layout: StoreLayout, observer: str, lock: str, ttl: float, window: float = 0.0, poll: float = 0.0
+    layout: StoreLayout,
+    observer: str,
+    lock: str,
+    ttl: float,
+    window: float = 0.0,
+    poll: float = 0.0,
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
 ) -> dict[str, Any]:
-    """Count records per bucket and list what needs attention."""
+    """Count records per bucket and list what needs attention. Reads the store the way clients
+    do (no symlink followed below the root, no file opened that is not regular, nothing over
+    ``max_record_bytes`` read), so no file in it can crash or block the report."""
     problems: list[str] = []
     buckets: dict[str, Any] = {}
-    now = time.time()
-    for kind, directory in layout.buckets.items():
-        records = unreadable = stale = temp = hidden = 0
-        for entry in os.scandir(directory):
-            if entry.name.startswith(LEFTOVER_PREFIXES[1:]):
-                hidden += 1  # the filesystem's copy of a file deleted while open; clients sweep it
-                continue
-            if entry.name.startswith(TEMP_PREFIX):
-                temp += 1
-                if now - entry.stat().st_mtime > STALE_TEMP_SECONDS:
-                    problems.append(f"leftover temp file {entry.path} (a writer died mid-write); it is safe to delete")
-                continue
-            if entry.name.startswith("."):
-                continue
-            if not entry.is_file(follow_symlinks=False):
-                problems.append(f"{entry.path} is not a regular file; only records belong in {directory}")
-                continue
-            records += 1
-            raw = read_record(entry.path) or b""
-            try:
-                instance_from_json(raw)
-            except ValidationError as exc:
-                unreadable += 1
-                problems.append(f"unreadable record {entry.path}: {exc}")
-            if now - entry.stat().st_mtime > ttl:
-                stale += 1
-        buckets[kind.bucket] = {"records": records, "unreadable": unreadable, "not_touched_within_ttl": stale}
-        buckets[kind.bucket]["temp_files"] = temp
-        buckets[kind.bucket]["hidden_files"] = hidden
-        for name in os.listdir(directory):
-            if not name.startswith("."):
-                try:
-                    decode(name)
-                except ValidationError:
-                    problems.append(f"{directory / name} is not a percent-encoded record name")
+    for relative in layout.relatives():
+        kind = next((k for k in layout.buckets if k.bucket == relative), None)
+        try:
+            fd = open_below(layout.root, relative)
+        except SymlinkRefused as exc:
+            problems.append(str(exc))
+            continue
+        except OSError as exc:
+            problems.append(f"cannot open {layout.root / relative}: {exc.strerror}")
+            continue
+        try:
+            if kind is not None:
+                buckets[kind.bucket] = _diagnose_bucket(
+                    kind, fd, layout.root / relative, ttl, max_record_bytes, problems
+                )
+            if not os.access(".", os.W_OK, dir_fd=fd):
+                problems.append(
+                    f"this user cannot write to {layout.root / relative} (a read-only mount, or its permissions): "
+                    "lists and watches work, registrations fail"
+                )
+        finally:
+            os.close(fd)
+    problems += unsafe(layout.root, layout.relatives())
     mount = mount_of(layout.root)
     if mount["network"] and observer != "polling":
         problems.append(
@@ -106,7 +108,76 @@ def diagnose_store(
         "observer": observer,
         "lock": lock,
         "ttl": ttl,
+        "max_record_bytes": max_record_bytes,
         "filesystem": mount,
         "buckets": buckets,
         "problems": problems,
     }
+
+
+def _diagnose_bucket(
+    kind: RecordKind, dir_fd: int, directory: Path, ttl: float, max_record_bytes: int, problems: list[str]
+) -> dict[str, int]:
+    counts = dict.fromkeys(
+        ("records", "unreadable", "not_touched_within_ttl", "temp_files", "hidden_files", "foreign"), 0
+    )
+    foreign: list[str] = []
+    now = time.time()
+    with os.scandir(dir_fd) as entries:
+        for entry in entries:
+            name, shown = entry.name, directory / printable(entry.name)
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                problems.append(f"cannot stat {shown}: {exc.strerror}")
+                continue
+            what = describe_entry(name, st)
+            if what is None and not name.startswith(".") and id_of_name(kind, name) is None:
+                what = f"not the file name of any {kind.value} record"
+            if what is not None:
+                counts["foreign"] += 1
+                foreign.append(f"{shown} ({what})")
+                continue
+            if name.startswith(TEMP_PREFIX):
+                counts["temp_files"] += 1
+                if now - st.st_mtime > STALE_TEMP_SECONDS:
+                    problems.append(f"leftover temp file {shown} (a writer died mid-write); it is safe to delete")
+                continue
+            if name.startswith("."):
+                counts["hidden_files"] += 1  # the filesystem's copy of a file deleted while open; clients sweep it
+                continue
+            counts["records"] += 1
+            if now - st.st_mtime > ttl:
+                counts["not_touched_within_ttl"] += 1
+            problem = _record_problem(dir_fd, name, kind, max_record_bytes)
+            if problem is not None:
+                counts["unreadable"] += 1
+                problems.append(f"unusable record {shown}: {problem}")
+    for line in foreign[:MAX_LISTED_FOREIGN]:
+        problems.append(f"foreign entry {line}: only records belong in a bucket; clients never read or delete it")
+    if len(foreign) > MAX_LISTED_FOREIGN:
+        problems.append(f"{len(foreign) - MAX_LISTED_FOREIGN} more foreign entries in {directory}")
+    return counts
+
+
+def _record_problem(dir_fd: int, name: str, kind: RecordKind, max_record_bytes: int) -> str | None:
+    """Why the file ``name`` is not served as a record (None: it is)."""
+    try:
+        raw = read_file(dir_fd, name, max_record_bytes)
+    except RecordTooLarge as exc:
+        return f"too large ({exc}); clients skip it"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    if raw is None:
+        return "vanished or changed type while being read"
+    try:
+        instance = instance_from_json(raw)
+    except ValidationError as exc:
+        return str(exc)
+    if instance.kind is not kind:
+        return f"a {instance.kind.value} record does not belong in {kind.bucket}"
+    if record_name(instance.id()) != name:
+        return f"it holds the record {instance.id().to_path()!r}, which is not the one its name stands for"
+    return None

@@ -17,6 +17,8 @@ from discovery_sync.identity import DiscoveryInstanceId, RecordKind
 from discovery_sync.pathcodec import encode_filename
 from discovery_sync.queries import Query
 
+from .names import record_name
+
 MAX_FILENAME_BYTES = 255
 DEFAULT_DIRNAME = "dynamo_store_kv"
 
@@ -27,19 +29,22 @@ def default_root() -> Path:
     return Path(configured) if configured else Path(tempfile.gettempdir()) / DEFAULT_DIRNAME
 
 
+LOCK_DIRNAME = ".locks"
+
+
 class StoreLayout:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
         self.buckets = {kind: self.root / kind.bucket for kind in RecordKind}
-        self.lock_dir = self.root / ".locks"
+        self.lock_dir = self.root / LOCK_DIRNAME
 
-    def ensure(self) -> None:
-        """Create the bucket and lock directories (a no-op when they exist)."""
-        for directory in (*self.buckets.values(), self.lock_dir):
-            directory.mkdir(parents=True, exist_ok=True)
+    @staticmethod
+    def relatives() -> list[str]:
+        """Every directory of the store below its root: the buckets, then the lock directory."""
+        return [kind.bucket for kind in RecordKind] + [LOCK_DIRNAME]
 
     def file_name(self, instance_id: DiscoveryInstanceId) -> str:
-        name = encode_filename(instance_id.to_path())
+        name = record_name(instance_id)
         if len(name) > MAX_FILENAME_BYTES:
             raise ValidationError(
                 f"{instance_id.kind.value} {instance_id.to_path()!r} is too long for the file store: its file "
@@ -56,6 +61,7 @@ class StoreLayout:
         relative = query.key_prefix()[len(query.kind.bucket) + 1 :]
         return encode_filename(relative)
 
-    def lock_path(self, key: str) -> Path:
-        """The soft-lock marker file for ``key`` (a bucket name, for instance)."""
-        return self.lock_dir / f"{encode_filename(key)}.lock"
+    @staticmethod
+    def lock_name(key: str) -> str:
+        """The soft-lock marker's file name (in the lock directory) for ``key``, a bucket name for instance."""
+        return f"{encode_filename(key)}.lock"

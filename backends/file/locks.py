@@ -19,6 +19,7 @@ from pathlib import Path
 
 from discovery_sync.errors import LockTimeout, ValidationError
 
+from .directory import StoreDirectory
 from .softlock import DEFAULT_STALE_AFTER, SoftLocks
 
 LOCK_MODES = ("hard", "soft")
@@ -40,15 +41,20 @@ class StoreLocks:
         if self._soft_locks is not None:
             self._soft_locks.close()
 
-    def hold(self, directory: Path, marker: Path) -> contextlib.AbstractContextManager[None]:
-        """Lock the bucket ``directory`` (hard) or the marker file ``marker`` (soft)."""
+    @contextlib.contextmanager
+    def hold(self, bucket: StoreDirectory, lock_dir: StoreDirectory, marker: str) -> Iterator[None]:
+        """Lock ``bucket`` (hard) or the marker file named ``marker`` in ``lock_dir`` (soft)."""
         if self._soft_locks is not None:
-            return self._soft_locks.hold(marker)
-        return self._flock(directory)
+            with lock_dir.use() as dir_fd, self._soft_locks.hold(lock_dir.path / marker, dir_fd):
+                yield
+            return
+        with bucket.use() as dir_fd, self._flock(dir_fd, bucket.path):
+            yield
 
     @contextlib.contextmanager
-    def _flock(self, directory: Path) -> Iterator[None]:
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    def _flock(self, dir_fd: int, directory: Path) -> Iterator[None]:
+        # a descriptor of its own: flock belongs to an open file description, shared by dups
+        fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
         try:
             deadline = time.monotonic() + self.timeout
             while True:

@@ -1,7 +1,13 @@
-"""Atomic record files: write a temp file, then link (create-if-absent) or rename (overwrite).
+"""Record files, read and written relative to an open bucket directory (``dir_fd``).
 
-Readers therefore never see a partial record written by this library; names starting with
-``.`` are temp files and are never records.
+Writes are atomic: a temp file, then a link (create-if-absent) or a rename (overwrite), so
+readers never see a partial record written by this library; names starting with ``.`` are
+temp files and are never records.
+
+Every open of a store file is ``O_NONBLOCK | O_NOFOLLOW`` and is checked with ``fstat`` to be a
+regular file before a byte is read: a FIFO, socket, device or symlink planted under any name
+can neither block a thread nor redirect a read. Files larger than the caller's bound are never
+read.
 """
 
 from __future__ import annotations
@@ -11,8 +17,7 @@ import errno
 import os
 import secrets
 import stat
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 
 TEMP_PREFIX = ".tmp_"
 #: dot files that outlive their purpose when something dies: temp files of a writer killed
@@ -21,14 +26,92 @@ TEMP_PREFIX = ".tmp_"
 LEFTOVER_PREFIXES = (TEMP_PREFIX, ".fuse_hidden", ".nfs")
 #: reference workers remove every file whose mtime is this far behind their wall clock
 REFERENCE_TTL = 10.0
+#: records above this size are never read (the ``max_record_bytes`` option); etcd refuses
+#: requests over 1.5 MiB, so no record of the reference comes near it
+DEFAULT_MAX_RECORD_BYTES = 4 * 1024 * 1024
+#: the mode of the record files this library writes, whatever the umask: readable by every
+#: local user (discovery is for everyone on the host), writable by the writer only
+RECORD_MODE = 0o644
 READ_SIZE = 65536
+OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY
+_NOT_A_FILE = (errno.ELOOP, errno.ENXIO, errno.ENODEV, errno.EOPNOTSUPP, errno.ENOTDIR, errno.EISDIR)
 
 
-def write_record(directory: Path, name: str, data: bytes, *, create_only: bool) -> bool:
-    """Write ``data`` as ``directory/name``. With ``create_only`` an existing file is kept and
-    False is returned; otherwise the file is replaced atomically. True when written."""
-    temp = directory / f"{TEMP_PREFIX}{secrets.randbits(64):016x}"
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+class RecordTooLarge(Exception):
+    """A file is larger than the bound the reader set; it was not read."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"{size} bytes, more than max_record_bytes={limit}")
+        self.size = size
+        self.limit = limit
+
+
+@contextlib.contextmanager
+def open_regular(dir_fd: int | None, name: str) -> Iterator[tuple[int, os.stat_result] | None]:
+    """Open ``name`` in ``dir_fd`` for reading: its descriptor and ``fstat``, or None when it does
+    not exist or is not a regular file (symlink, FIFO, socket, device, directory). Never blocks
+    on the file; other errors (EACCES, EIO) are raised."""
+    try:
+        fd = os.open(name, OPEN_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError:
+        yield None
+        return
+    except OSError as exc:
+        if exc.errno not in _NOT_A_FILE:
+            raise
+        yield None
+        return
+    try:
+        st = os.fstat(fd)
+        yield (fd, st) if stat.S_ISREG(st.st_mode) else None
+    finally:
+        os.close(fd)
+
+
+def read_bounded(fd: int, size: int, limit: int) -> bytes:
+    """The bytes of an open regular file whose ``fstat`` gave ``size``; RecordTooLarge when the
+    file has (or grows to) more than ``limit`` bytes."""
+    if size > limit:
+        raise RecordTooLarge(size, limit)
+    want = size + 1  # one byte more than fstat promised: a file that grew since is read whole
+    if want <= READ_SIZE:
+        data = os.read(fd, want)
+        if len(data) < want:  # short read of a regular file: the end (records are small)
+            return data
+        chunks, total = [data], len(data)
+    else:
+        chunks, total = [], 0
+    while chunk := os.read(fd, min(READ_SIZE, limit + 1 - total)):
+        chunks.append(chunk)
+        total += len(chunk)
+        if total > limit:
+            raise RecordTooLarge(total, limit)
+    return b"".join(chunks)
+
+
+def read_file(dir_fd: int | None, name: str, limit: int = DEFAULT_MAX_RECORD_BYTES) -> bytes | None:
+    """The bytes of a regular file, or None when it does not exist or is not a regular file."""
+    with open_regular(dir_fd, name) as opened:
+        if opened is None:
+            return None
+        fd, st = opened
+        return read_bounded(fd, st.st_size, limit)
+
+
+def stat_entry(dir_fd: int | None, name: str) -> os.stat_result | None:
+    """``lstat`` of ``name`` in ``dir_fd`` (symlinks not followed); None when it is missing."""
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+def write_record(dir_fd: int, name: str, data: bytes, *, create_only: bool) -> int | None:
+    """Write ``data`` as ``name`` in ``dir_fd`` and return the inode written. With
+    ``create_only`` an existing entry is kept and None is returned; otherwise the entry is
+    replaced atomically."""
+    temp = f"{TEMP_PREFIX}{secrets.randbits(64):016x}"
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, RECORD_MODE, dir_fd=dir_fd)
     try:
         try:
             view = memoryview(data)
@@ -36,100 +119,54 @@ def write_record(directory: Path, name: str, data: bytes, *, create_only: bool) 
                 view = view[os.write(fd, view) :]
             # no fsync, as the reference: records are leased and die with a crashed host anyway;
             # readers never see partial content because the file is complete before it is linked
+            st = os.fstat(fd)
+            if stat.S_IMODE(st.st_mode) != RECORD_MODE:  # a umask took bits away (or added none)
+                os.fchmod(fd, RECORD_MODE)
         finally:
             os.close(fd)
-        target = directory / name
         if not create_only:
-            os.replace(temp, target)
-            return True
+            os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            return st.st_ino
         try:
-            os.link(temp, target)
+            os.link(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
         except FileExistsError:
-            return False
+            return None
         except PermissionError:
-            if os.path.lexists(target):  # sshfs reports a lost create race as EPERM
-                return False
+            if stat_entry(dir_fd, name) is not None:  # sshfs reports a lost create race as EPERM
+                return None
             raise
-        return True
+        return st.st_ino
     finally:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp)
+            os.unlink(temp, dir_fd=dir_fd)
 
 
-def read_record(path: Path | str) -> bytes | None:
-    """The file's bytes, or None when it does not exist (or is not a regular file)."""
+def remove_record(dir_fd: int, name: str) -> bool:
+    """Delete the entry; False when it was already gone."""
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except (FileNotFoundError, IsADirectoryError):
-        return None
-    try:
-        return _read_all(fd)
-    finally:
-        os.close(fd)
-
-
-@contextlib.contextmanager
-def read_open(path: str) -> Iterator[tuple[os.stat_result, Callable[[], bytes | None]] | None]:
-    """Open a record: its stat and a function reading its bytes, or None when it does not exist
-    or is not a regular file (symlinks are not followed)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-        yield None
-        return
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:  # a symlink is never a record
-            yield None
-            return
-        raise
-    try:
-        st = os.fstat(fd)
-        yield ((st, lambda: _read_all(fd)) if stat.S_ISREG(st.st_mode) else None)
-    finally:
-        os.close(fd)
-
-
-def _read_all(fd: int) -> bytes | None:
-    try:
-        data = os.read(fd, READ_SIZE)
-        if len(data) < READ_SIZE:  # records are small: one read is the whole file
-            return data
-        chunks = [data]
-        while chunk := os.read(fd, READ_SIZE):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    except OSError as exc:
-        if exc.errno == errno.EISDIR:
-            return None
-        raise
-
-
-def remove_record(path: Path | str) -> bool:
-    """Delete the file; False when it was already gone."""
-    try:
-        os.unlink(path)
+        os.unlink(name, dir_fd=dir_fd)
     except FileNotFoundError:
         return False
     return True
 
 
-def touch_record(path: Path | str) -> bool:
-    """Set the file's mtime to now (its heartbeat); False when the file is gone."""
+def touch_record(dir_fd: int, name: str) -> bool:
+    """Set the entry's mtime to now (its heartbeat; a symlink is not followed); False when it is gone."""
     try:
-        os.utime(path)
+        os.utime(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
         return False
     return True
 
 
-def refresh_listing(directory: Path) -> None:
-    """Make this host's next listing of ``directory`` current: create and remove a temp file in it.
+def refresh_listing(dir_fd: int) -> None:
+    """Make this host's next listing of the directory current: create and remove a temp file in it.
 
     A change made through a network mount invalidates that mount's cached listing of the
     directory (sshfs's dir_cache, the NFS client's directory attributes), so reads under a lock
     see what other hosts wrote just before. Readers ignore the temp name.
     """
-    temp = directory / f"{TEMP_PREFIX}{secrets.randbits(64):016x}"
-    os.close(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    temp = f"{TEMP_PREFIX}{secrets.randbits(64):016x}"
+    os.close(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dir_fd))
     with contextlib.suppress(FileNotFoundError):
-        os.unlink(temp)
+        os.unlink(temp, dir_fd=dir_fd)

@@ -12,7 +12,9 @@ name of the waiter's own, checks that what it renamed is what it judged stale, a
 the marker changed meanwhile (refreshed, or released and taken again), it is put back.
 
 Markers are of fixed length so that a host whose attribute cache keeps an old size still reads
-the bytes the server has now.
+the bytes the server has now. Given the lock directory's descriptor, every marker operation is
+relative to it (a lock directory swapped for a symlink redirects nothing), and a marker is read
+only when it is a regular file of bounded size (a FIFO planted as a marker blocks nobody).
 """
 
 from __future__ import annotations
@@ -25,11 +27,14 @@ import secrets
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
 
 from discovery_sync.errors import LockTimeout
+
+from .records import RecordTooLarge, read_file
 
 log = logging.getLogger("discovery_sync.backends.file")
 
@@ -40,10 +45,12 @@ MARKER_SIZE = 256
 
 
 class _Held:
-    """One acquisition: its marker path and token, when it was taken and how often refreshed."""
+    """One acquisition: its marker (a path, or a name in ``dir_fd``) and token, when it was
+    taken and how often refreshed."""
 
-    def __init__(self, marker: Path, token: str, acquired: float) -> None:
+    def __init__(self, marker: Path, dir_fd: int | None, token: str, acquired: float) -> None:
         self.marker = marker
+        self.dir_fd = dir_fd
         self.token = token
         self.acquired = acquired
         self.refreshes = 0
@@ -73,12 +80,29 @@ def _token_of(content: bytes | None) -> str | None:
         return None
 
 
-def _read(path: Path) -> bytes | None:
+def _where(marker: Path, dir_fd: int | None) -> str:
+    """The name to pass with ``dir_fd`` (the whole path without one)."""
+    return str(marker) if dir_fd is None else marker.name
+
+
+def _read(marker: Path, dir_fd: int | None) -> bytes | None:
+    """The marker's bytes; None when it is missing. Anything but a regular file of marker size
+    reads as garbage (so it looks held by an unknown holder and is broken once stale)."""
     try:
-        with open(path, "rb") as marker:
-            return marker.read()
+        content = read_file(dir_fd, _where(marker, dir_fd), 4 * MARKER_SIZE)
     except (FileNotFoundError, NotADirectoryError):
         return None
+    except (OSError, RecordTooLarge) as exc:
+        return f"unreadable: {exc}".encode()
+    return b"not a regular file" if content is None and _exists(marker, dir_fd) else content
+
+
+def _exists(marker: Path, dir_fd: int | None) -> bool:
+    try:
+        os.stat(_where(marker, dir_fd), dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 class SoftLocks:
@@ -101,15 +125,16 @@ class SoftLocks:
         self.broken = 0  # markers this client broke
 
     @contextlib.contextmanager
-    def hold(self, marker: Path):
-        """Hold the lock ``marker`` for the body of the ``with``."""
-        held = self.acquire(marker)
+    def hold(self, marker: Path, dir_fd: int | None = None) -> Iterator[None]:
+        """Hold the lock ``marker`` for the body of the ``with``; with ``dir_fd`` (the lock
+        directory, open for as long as the hold) the marker is ``marker.name`` in it."""
+        held = self.acquire(marker, dir_fd)
         try:
             yield
         finally:
             self.release(held)
 
-    def acquire(self, marker: Path) -> _Held:
+    def acquire(self, marker: Path, dir_fd: int | None = None) -> _Held:
         token = secrets.token_hex(16)
         deadline = time.monotonic() + self.timeout
         delay = RETRY_START
@@ -117,16 +142,16 @@ class SoftLocks:
         seen_since = 0.0
         while True:
             acquired = time.time()
-            if self._try_create(marker, token, acquired):
-                held = _Held(marker, token, acquired)
+            if self._try_create(marker, dir_fd, token, acquired):
+                held = _Held(marker, dir_fd, token, acquired)
                 self._track(held)
                 return held
-            content = _read(marker)
+            content = _read(marker, dir_fd)
             now = time.monotonic()
             if content is None or content != seen:
                 seen, seen_since = content, now
             elif now - seen_since >= self.stale_after:
-                self._break(marker, content)
+                self._break(marker, dir_fd, content)
                 seen = None
                 continue
             if now >= deadline:
@@ -140,10 +165,10 @@ class SoftLocks:
     def release(self, held: _Held) -> None:
         with self._held_lock:  # not while the refresher rewrites it: that would bring it back
             self._held.pop(held.token, None)
-            content = _read(held.marker)
+            content = _read(held.marker, held.dir_fd)
             if _token_of(content) == held.token:
                 with contextlib.suppress(FileNotFoundError):
-                    os.unlink(held.marker)
+                    os.unlink(_where(held.marker, held.dir_fd), dir_fd=held.dir_fd)
                 return
         log.warning(
             "the soft lock %s was broken while this process held it (now held by %s): a hold outlasted "
@@ -163,14 +188,15 @@ class SoftLocks:
             thread.join(5)
 
     # -- internals ----------------------------------------------------------------------------------
-    def _try_create(self, marker: Path, token: str, acquired: float) -> bool:
+    def _try_create(self, marker: Path, dir_fd: int | None, token: str, acquired: float) -> bool:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
-            fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = os.open(_where(marker, dir_fd), flags, 0o644, dir_fd=dir_fd)
         except FileExistsError:
             return False
         except PermissionError:
             # sshfs can answer a lost O_EXCL race with EPERM instead of EEXIST
-            if marker.exists() or os.path.lexists(marker):
+            if _exists(marker, dir_fd):
                 return False
             raise
         try:
@@ -179,13 +205,14 @@ class SoftLocks:
             os.close(fd)
         return True
 
-    def _break(self, marker: Path, stale: bytes) -> None:
+    def _break(self, marker: Path, dir_fd: int | None, stale: bytes) -> None:
         aside = marker.with_name(f".{marker.name}.broken-{secrets.token_hex(8)}")
+        names = (_where(marker, dir_fd), _where(aside, dir_fd))
         try:
-            os.rename(marker, aside)
+            os.rename(*names, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         except FileNotFoundError:
             return  # released (or broken by another waiter) meanwhile
-        if _read(aside) == stale:
+        if _read(aside, dir_fd) == stale:
             log.warning(
                 "broke the soft lock %s held by %s: its marker did not change for %g s (a dead or hung holder)",
                 marker,
@@ -194,17 +221,17 @@ class SoftLocks:
             )
             self.broken += 1
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(aside)
+                os.unlink(names[1], dir_fd=dir_fd)
             return
         try:  # it was refreshed or taken again just now: put it back
-            os.link(aside, marker)
+            os.link(names[1], names[0], src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
         except OSError as exc:
             if exc.errno not in (errno.EEXIST, errno.EPERM):
                 raise
             log.error("the soft lock %s changed hands while it was being broken; two holders may overlap", marker)
         finally:
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(aside)
+                os.unlink(names[1], dir_fd=dir_fd)
 
     def _track(self, held: _Held) -> None:
         with self._wake:
@@ -225,9 +252,14 @@ class SoftLocks:
 
     def _refresh(self, held: _Held) -> None:
         """Rewrite a held marker (the caller holds ``_held_lock``, so release() cannot interleave)."""
-        if _token_of(_read(held.marker)) != held.token:
+        if _token_of(_read(held.marker, held.dir_fd)) != held.token:
             return  # broken: release() reports it
         held.refreshes += 1
-        temp = held.marker.with_name(f".{held.marker.name}.{held.token}.tmp")
-        temp.write_bytes(marker_bytes(held.token, held.refreshes, held.acquired))
-        os.replace(temp, held.marker)
+        temp = _where(held.marker.with_name(f".{held.marker.name}.{held.token}.tmp"), held.dir_fd)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(temp, flags, 0o644, dir_fd=held.dir_fd)
+        try:
+            os.write(fd, marker_bytes(held.token, held.refreshes, held.acquired))
+        finally:
+            os.close(fd)
+        os.replace(temp, _where(held.marker, held.dir_fd), src_dir_fd=held.dir_fd, dst_dir_fd=held.dir_fd)

@@ -1,10 +1,11 @@
 """One bucket directory as this reader sees it: parsed records, liveness, change events.
 
 A file is re-read only when its (inode, size, mtime) changed, and re-parsed only when its
-bytes changed, so a rescan of an unchanged store costs one ``stat`` per file. Atomic writers
-give every new content a new inode; a heartbeat only moves the mtime.
+bytes changed (the view keeps a digest of them, not a copy), so a rescan of an unchanged store
+costs one ``stat`` per file. Atomic writers give every new content a new inode; a heartbeat
+only moves the mtime.
 
-Liveness follows design §6: a record is dead when its mtime has not changed for ``dead_after``
+Liveness (docs/design.md): a record is dead when its mtime has not changed for ``dead_after``
 seconds *of this reader's monotonic clock* (the TTL plus the mount's cache window), counted
 from the moment this reader first saw that mtime. Comparing mtimes with the local wall clock is
 never done, so skewed clocks between hosts cannot kill a live worker.
@@ -14,11 +15,16 @@ still stats, a replaced one is read cut to its cached size. So a vanished file i
 opening it, and unreadable content is reported only once it has stood for the cache window.
 Files a writer or the filesystem left behind (``LEFTOVER_PREFIXES``) are tracked by the same
 liveness rule, so they can be swept too.
+
+Whatever else is in the directory is judged by its name and type first (:mod:`.names`) and
+costs nothing after one warning: foreign names, non-regular files, files over the size bound,
+files this reader may not read, and records whose content names another identity than their
+file name are never published. No problem with one file ends a scan.
 """
 
 from __future__ import annotations
 
-import contextlib
+import hashlib
 import logging
 import os
 import stat
@@ -26,7 +32,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from discovery_sync.errors import ValidationError
 from discovery_sync.events import DiscoveryEvent, Removed
@@ -34,13 +39,22 @@ from discovery_sync.identity import RecordKind
 from discovery_sync.model import DiscoveryInstance, instance_from_json
 from discovery_sync.reconcile import Change, apply
 
-from .records import LEFTOVER_PREFIXES, read_open, read_record
+from .directory import StoreDirectory
+from .names import is_leftover, may_be_record, printable, record_name
+from .records import DEFAULT_MAX_RECORD_BYTES, RecordTooLarge, open_regular, read_bounded
 
 log = logging.getLogger("discovery_sync.backends.file")
 
 Publish = Callable[[DiscoveryEvent, "DiscoveryInstance | None"], None]
 Version = tuple[int, int, int]  # (inode, size, mtime_ns) of a file
-Gate = Callable[[str, "Version | None"], bool]
+Content = bytes  # a digest of a file's bytes
+Gate = Callable[[str, "Content | None"], bool]
+#: foreign names warned about by name in one scan; the rest are counted in one line
+MAX_NAMED_WARNINGS = 10
+
+
+def digest(raw: bytes) -> Content:
+    return hashlib.blake2b(raw, digest_size=16).digest()
 
 
 @dataclass(slots=True)
@@ -49,15 +63,22 @@ class Entry:
     size: int
     mtime_ns: int
     seen_at: float  # reader's monotonic time when this mtime was first observed
-    raw: bytes
+    content: Content | None  # digest of the bytes last read (None: not read)
     valid: DiscoveryInstance | None  # the last valid value stored under this name
     read_at: float = 0.0  # reader's monotonic time when this content was first read
-    problem: str | None = None  # why the content is unreadable
+    problem: str | None = None  # why the content is not served
     warned: bool = False  # reset with every new content
 
     @property
     def version(self) -> tuple[int, int, int]:
         return (self.ino, self.size, self.mtime_ns)
+
+
+@dataclass(slots=True)
+class _Scan:
+    found: dict[str, os.stat_result | None]
+    leftovers: dict[str, os.stat_result]
+    foreign: dict[str, str]  # name -> what it is
 
 
 class BucketView:
@@ -71,25 +92,28 @@ class BucketView:
     def __init__(
         self,
         kind: RecordKind,
-        directory: Path,
+        directory: StoreDirectory,
         dead_after: float,
         publish: Publish,
         *,
         settle: float = 0.0,
+        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``dead_after``: seconds an unchanged mtime stays alive; ``settle``: seconds a read may
-        disagree with the store (the mount's cache window)."""
+        disagree with the store (the mount's cache window); files over ``max_record_bytes`` are
+        never read."""
         self.kind = kind
         self.directory = directory
-        self._prefix = os.path.join(directory, "")  # hot paths join strings, not Paths
         self.dead_after = dead_after
         self.settle = settle
+        self.max_record_bytes = max_record_bytes
         self.lock = threading.RLock()
         self._publish = publish
         self._clock = clock
         self._entries: dict[str, Entry] = {}
-        self._leftovers: dict[str, Entry] = {}  # temp and hidden files, by name (raw stays empty)
+        self._leftovers: dict[str, Entry] = {}  # temp and hidden files, by name (content unread)
+        self._foreign: dict[str, str] = {}  # other entries of the last full scan: name -> what it is
 
     # -- reading the directory --------------------------------------------------------------------
     def refresh(
@@ -102,48 +126,56 @@ class BucketView:
     ) -> None:
         """Scan the directory (names starting with ``name_prefix``) and publish what changed.
 
-        ``publish`` replaces the view's subscriber for this scan. ``gate(name, version)`` (version
-        None for a vanished file) may hold a content change back: it is then left for a later
-        scan or notification. Heartbeat-only changes always apply.
+        ``publish`` replaces the view's subscriber for this scan. ``gate(name, content)``
+        (content None for a vanished file) may hold a content change back: it is then left for a
+        later scan or notification. Heartbeat-only changes always apply.
 
         ``quick`` skips the ``stat`` of files whose inode is the cached one: atomic writers give
         new content a new inode, so only liveness (mtimes, judged by full scans) goes unread.
+
+        Raises OSError (or SymlinkRefused) only when the directory itself cannot be read.
         """
         full = not name_prefix and not quick
-        leftovers: dict[str, os.stat_result] | None = {} if full else None
-        found = _scan(self.directory, name_prefix, self._unchanged_inode if quick else None, leftovers)
-        with self.lock:
-            if leftovers is not None:
-                self._track_leftovers(leftovers)
-            saved = self._publish
-            self._publish = publish or saved
-            try:
-                for name, st in found.items():
-                    if st is not None:
-                        self._update(name, st, gate)
-                for name in [n for n in self._entries if n.startswith(name_prefix) and n not in found]:
-                    if gate is None or gate(name, None):
-                        self._drop(name)
-            finally:
-                self._publish = saved
+        self.directory.revalidate()
+        with self.directory.use() as dir_fd:
+            scan = _scan(dir_fd, name_prefix, self._unchanged_inode if quick else None, full)
+            with self.lock:
+                if full:
+                    self._track_leftovers(scan.leftovers)
+                    self._track_foreign(scan.foreign)
+                saved = self._publish
+                self._publish = publish or saved
+                try:
+                    for name, st in scan.found.items():
+                        if st is not None:
+                            self._update(dir_fd, name, st, gate)
+                    for name in [n for n in self._entries if n.startswith(name_prefix) and n not in scan.found]:
+                        if gate is None or gate(name, None):
+                            self._drop(name)
+                finally:
+                    self._publish = saved
 
     def refresh_name(self, name: str) -> None:
         """Re-read one file (after a change notification) and publish what changed.
 
         The file is opened rather than stat-ed: a network mount may answer ``stat`` of a file
-        another host deleted from its cache, but opening it asks the server.
+        another host deleted from its cache, but opening it asks the server. A file that cannot
+        be read now is left to the next scan.
         """
-        if name.startswith("."):
+        if name.startswith(".") or not may_be_record(name):
             return
-        with read_open(self._prefix + name) as opened, self.lock:
-            if opened is None:
-                self._drop(name)
-            else:
-                st, read = opened
-                self._update(name, st, read=read)
+        with self.directory.use() as dir_fd:
+            try:
+                with open_regular(dir_fd, name) as opened, self.lock:
+                    if opened is None:
+                        self._drop(name)
+                    else:
+                        self._update(dir_fd, name, opened[1], opened=opened[0])
+            except OSError as exc:
+                log.debug("cannot read %s/%s now (the next rescan judges it): %s", self.kind.bucket, name, exc)
 
     def _update(
-        self, name: str, st: os.stat_result, gate: Gate | None = None, read: Callable[[], bytes | None] | None = None
+        self, dir_fd: int, name: str, st: os.stat_result, gate: Gate | None = None, opened: int | None = None
     ) -> None:
         entry = self._entries.get(name)
         version = (st.st_ino, st.st_size, st.st_mtime_ns)
@@ -151,17 +183,27 @@ class BucketView:
             return
         now = self._clock()
         seen_at = entry.seen_at if entry is not None and entry.mtime_ns == st.st_mtime_ns else now
-        raw = read() if read is not None else read_record(self._prefix + name)
-        if raw is None:  # vanished between stat and read
+        old = entry.valid if entry is not None else None
+        try:
+            if opened is not None:
+                raw: bytes | None = read_bounded(opened, st.st_size, self.max_record_bytes)
+            else:
+                raw = self._read(dir_fd, name)
+        except (OSError, RecordTooLarge) as exc:
+            # kept as an entry of this version: not read again until it changes, swept when dead
+            problem = f"too large: {exc}" if isinstance(exc, RecordTooLarge) else f"cannot be read: {exc.strerror}"
+            self._entries[name] = Entry(*version, seen_at, None, old, read_at=now, problem=problem)
+            return
+        if raw is None:  # vanished, or no longer a regular file
             self._drop(name)
             return
-        if entry is not None and raw == entry.raw:
+        content = digest(raw)
+        if entry is not None and content == entry.content:
             entry.ino, entry.size, entry.mtime_ns, entry.seen_at = *version, seen_at
             return
-        if gate is not None and not gate(name, version):
+        if gate is not None and not gate(name, content):
             return
-        old = entry.valid if entry is not None else None
-        new_entry = Entry(*version, seen_at, raw, old, read_at=now)
+        new_entry = Entry(*version, seen_at, content, old, read_at=now)
         self._entries[name] = new_entry
         try:
             instance = instance_from_json(raw)
@@ -170,6 +212,13 @@ class BucketView:
         except ValidationError as exc:
             new_entry.problem = str(exc)  # reported by warn_pending(), once it has settled
             return
+        if record_name(instance.id()) != name:
+            # a copy under another name, or a file planted to shadow another worker's record
+            new_entry.problem = (
+                f"it holds the record {instance.id().to_path()!r}, whose file name is {record_name(instance.id())!r}; "
+                "a record is served only under its own name"
+            )
+            return
         valid, event, change = apply(old, instance)
         new_entry.valid = valid
         if change is Change.REJECTED:
@@ -177,8 +226,16 @@ class BucketView:
         if event is not None:
             self._publish(event, valid)
 
+    def _read(self, dir_fd: int, name: str) -> bytes | None:
+        with open_regular(dir_fd, name) as opened:
+            if opened is None:
+                return None
+            fd, st = opened
+            return read_bounded(fd, st.st_size, self.max_record_bytes)
+
     def warn_pending(self) -> None:
-        """Warn once about each unreadable content that has stood for the settle time.
+        """Warn once about each file whose content is not served, once it has stood for the
+        settle time.
 
         Rescans call this. A notification may arrive while a non-atomic writer is mid-write, and
         within a network mount's cache window a replaced file may be read cut to its cached size,
@@ -189,7 +246,7 @@ class BucketView:
             for name, entry in self._entries.items():
                 if entry.problem is not None and not entry.warned and now - entry.read_at >= self.settle:
                     entry.warned = True
-                    log.warning("skipping unreadable record %s in %s: %s", name, self.directory, entry.problem)
+                    log.warning("skipping the file %s in %s: %s", name, self.directory.path, entry.problem)
 
     def _drop(self, name: str) -> None:
         entry = self._entries.pop(name, None)
@@ -212,14 +269,26 @@ class BucketView:
             ]
 
     def dead(self, owned: frozenset[str]) -> list[tuple[str, Entry]]:
-        """Records whose mtime has not moved for ``dead_after`` on this reader's clock (owned ones
-        excluded), then leftover files (see ``LEFTOVER_PREFIXES``) as still as that."""
+        """Files with a record name whose mtime has not moved for ``dead_after`` on this reader's
+        clock (owned ones excluded), then leftover files (see ``LEFTOVER_PREFIXES``) as still as that."""
         now = self._clock()
         with self.lock:
             records = [(n, e) for n, e in self._entries.items() if n not in owned and now - e.seen_at > self.dead_after]
             return records + [(n, e) for n, e in self._leftovers.items() if now - e.seen_at > self.dead_after]
 
-    def forget_leftover(self, name: str) -> None:
+    def inode_of(self, name: str) -> int | None:
+        """The inode this view last saw under ``name`` (None when it holds no such file)."""
+        with self.lock:
+            entry = self._entries.get(name)
+            return entry.ino if entry is not None else None
+
+    def foreign(self) -> dict[str, str]:
+        """Entries of the last full scan that are neither records nor leftovers: name -> what it is."""
+        with self.lock:
+            return dict(self._foreign)
+
+    def forget(self, name: str) -> None:
+        """Drop what the view knows of a file it removed (a leftover, or a record that was not valid)."""
         with self.lock:
             self._leftovers.pop(name, None)
 
@@ -229,45 +298,91 @@ class BucketView:
         for name, st in found.items():
             entry = self._leftovers.get(name)
             if entry is None or (entry.ino, entry.mtime_ns) != (st.st_ino, st.st_mtime_ns):
-                entry = Entry(st.st_ino, st.st_size, st.st_mtime_ns, now, b"", None)
+                entry = Entry(st.st_ino, st.st_size, st.st_mtime_ns, now, None, None)
             tracked[name] = entry
         self._leftovers = tracked
+
+    def _track_foreign(self, found: dict[str, str]) -> None:
+        new = [name for name in found if name not in self._foreign]
+        self._foreign = found
+        for name in new[:MAX_NAMED_WARNINGS]:
+            log.warning(
+                "ignoring %s in %s: %s; only records belong in a bucket (it is never read or deleted)",
+                printable(name),
+                self.directory.path,
+                found[name],
+            )
+        if len(new) > MAX_NAMED_WARNINGS:
+            log.warning(
+                "ignoring %d more entries of %s that are not records (discovery-sync doctor lists them)",
+                len(new) - MAX_NAMED_WARNINGS,
+                self.directory.path,
+            )
 
     def __len__(self) -> int:
         with self.lock:
             return len(self._entries)
 
 
+def _kind_of(st: os.stat_result) -> str:
+    mode = st.st_mode
+    for test, name in (
+        (stat.S_ISLNK, "a symlink"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def describe_entry(name: str, st: os.stat_result | None) -> str | None:
+    """What makes a directory entry foreign (None: it is a record or leftover candidate)."""
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        return _kind_of(st)
+    if name.startswith("."):
+        return None if is_leftover(name) else "a dot file that is not a leftover of a writer"
+    if not may_be_record(name):
+        return "not a record name (records are named by percent-encoding, letters, digits and %XX only)"
+    return None
+
+
 def _scan(
-    directory: Path,
+    dir_fd: int,
     name_prefix: str,
-    unchanged: Callable[[str, int], bool] | None = None,
-    leftovers: dict[str, os.stat_result] | None = None,
-) -> dict[str, os.stat_result | None]:
-    """Regular files of ``directory`` (dot files excluded) with their stat; None for the files
-    ``unchanged(name, inode)`` vouches for, which are not stat'ed. Leftover dot files go into
-    ``leftovers`` when it is given."""
-    found: dict[str, os.stat_result | None] = {}
-    try:
-        with os.scandir(directory) as entries:
-            for entry in entries:
-                name = entry.name
-                if name.startswith("."):
-                    if leftovers is not None and name.startswith(LEFTOVER_PREFIXES):
-                        with contextlib.suppress(FileNotFoundError):
-                            leftovers[name] = entry.stat(follow_symlinks=False)
-                    continue
-                if not name.startswith(name_prefix):
-                    continue
-                if unchanged is not None and unchanged(name, entry.inode()):
-                    found[name] = None
-                    continue
-                try:
-                    st = entry.stat(follow_symlinks=False)
-                except FileNotFoundError:
-                    continue
-                if stat.S_ISREG(st.st_mode):
-                    found[name] = st
-    except FileNotFoundError:
-        pass  # the bucket directory was removed: everything in it is gone
-    return found
+    unchanged: Callable[[str, int], bool] | None,
+    full: bool,
+) -> _Scan:
+    """Regular files with record names (and the prefix) in the directory, with their stat;
+    None for the files ``unchanged(name, inode)`` vouches for, which are not stat'ed. A
+    ``full`` scan also collects leftover files and foreign entries."""
+    scan = _Scan({}, {}, {})
+    with os.scandir(dir_fd) as entries:
+        for entry in entries:
+            name = entry.name
+            candidate = name.startswith(name_prefix) and not name.startswith(".") and may_be_record(name)
+            if not candidate and not full:
+                continue
+            if candidate and unchanged is not None and unchanged(name, entry.inode()):
+                scan.found[name] = None
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            except OSError:  # judged again by the next scan; what the view knows stays
+                if candidate:
+                    scan.found[name] = None
+                continue
+            if candidate and stat.S_ISREG(st.st_mode):
+                scan.found[name] = st
+            elif full:
+                problem = describe_entry(name, st)
+                if problem is None and name.startswith("."):
+                    scan.leftovers[name] = st
+                elif problem is not None:
+                    scan.foreign[name] = problem
+    return scan

@@ -115,7 +115,7 @@ def test_a_marker_that_changed_while_being_broken_is_put_back(tmp_path, locks):
     fresh = marker_bytes("someone-else", 3, time.time())
     marker.write_bytes(fresh)
     breaker = locks()
-    breaker._break(marker, marker_bytes("someone-else", 2, time.time()))  # judged stale at refresh 2
+    breaker._break(marker, None, marker_bytes("someone-else", 2, time.time()))  # judged stale at refresh 2
     assert marker.read_bytes() == fresh and breaker.broken == 0
     assert sorted(os.listdir(tmp_path)) == ["bucket.lock"]  # nothing left aside
 

@@ -195,12 +195,13 @@ def test_leftover_temp_and_hidden_files_are_swept_once_still_for_the_ttl(store, 
 def test_unreadable_content_is_reported_once_it_has_stood_for_the_cache_window(store, warnings):
     """Within a network mount's cache window a replaced file can be read cut to its cached size:
     what cannot be parsed is reported only when it is still there one window later."""
+    from discovery_sync.backends.file.directory import StoreDirectory
     from discovery_sync.backends.file.view import BucketView
 
     now = [100.0]
     events = []
-    bucket = store / "v1" / "instances"
-    bucket.mkdir(parents=True)
+    bucket = StoreDirectory(store, "v1/instances")
+    bucket.open(create=True)
     view = BucketView(
         ds.RecordKind.ENDPOINT, bucket, 10.0, lambda e, i: events.append(e), settle=5.0, clock=lambda: now[0]
     )

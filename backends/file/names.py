@@ -1,0 +1,62 @@
+"""What the entries of a bucket directory are, judged by their names.
+
+A bucket holds, by design, only records and the temp files of their writers. Anything can
+appear there all the same (files of other tools, names that are not percent-encoding, names
+that are not UTF-8), so every name is classified before it costs anything:
+
+* a *record name* is the file name :func:`record_name` gives an identity of the bucket's kind:
+  ASCII letters, digits and ``%XX`` escapes, decoding to a valid identity path, in canonical
+  form (re-encoding it gives the same name);
+* a *leftover* is a dot file a writer or the filesystem leaves behind (``LEFTOVER_PREFIXES``);
+* everything else is *foreign*: never read, never deleted, reported once.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from discovery_sync.errors import ValidationError
+from discovery_sync.identity import DiscoveryInstanceId, RecordKind, id_from_path
+from discovery_sync.pathcodec import decode, encode_filename
+
+from .records import LEFTOVER_PREFIXES
+
+_RECORD_ALPHABET = re.compile(r"[A-Za-z0-9%]+")
+
+
+def record_name(instance_id: DiscoveryInstanceId) -> str:
+    """The file name of a record: its identity path percent-encoded (no length check)."""
+    return encode_filename(instance_id.to_path())
+
+
+def may_be_record(name: str) -> bool:
+    """Cheap first test: only the characters a record name can hold. A name that passes may
+    still not be a record name: the content's identity must give it back (see the view)."""
+    return _RECORD_ALPHABET.fullmatch(name) is not None
+
+
+def id_of_name(kind: RecordKind, name: str) -> DiscoveryInstanceId | None:
+    """The identity a file name stands for in a bucket of ``kind``, or None when the name is
+    not the canonical record name of any identity of that kind."""
+    if not may_be_record(name):
+        return None
+    try:
+        instance_id = id_from_path(kind, decode(name))
+    except ValidationError:
+        return None
+    return instance_id if record_name(instance_id) == name else None
+
+
+def is_leftover(name: str) -> bool:
+    """A temp file of a writer, or a network filesystem's copy of a file deleted while open."""
+    return name.startswith(LEFTOVER_PREFIXES)
+
+
+def printable(name: str) -> str:
+    """A name for messages, whatever bytes it holds (non-UTF-8 bytes shown as ``\\xNN``)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return repr(os.fsencode(name))[2:-1]
+    return name if name.isprintable() else repr(name)[1:-1]

@@ -1,0 +1,119 @@
+"""Removal of what dead owners left in a bucket: only records and leftovers are ever deleted.
+
+A file is deleted only when all of these hold:
+
+* the view judged it dead (its mtime stood still for ``dead_after`` on this reader's clock);
+* its name is the record name of an identity of the bucket (:func:`.names.id_of_name`), or a
+  leftover dot file (``.tmp_*``, ``.fuse_hidden*``, ``.nfs*``);
+* re-opened (``O_NOFOLLOW | O_NONBLOCK``) right before the unlink, it is still a regular file with
+  the inode and mtime the view judged.
+
+Everything is done relative to the bucket's descriptor, so nothing outside the bucket can be
+reached. Linux has no "unlink this inode": an entry renamed over the name between the re-check
+and the unlink (microseconds) would be removed in its place; only a record name is ever at risk.
+A deletion the store refuses (read-only mount, another user's file in a sticky directory) is
+logged once per file and reported by ``collect_garbage()``; it is not a scan error.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from dataclasses import dataclass, field
+
+from .names import id_of_name, printable
+from .records import open_regular, remove_record
+from .view import BucketView, Entry
+
+log = logging.getLogger("discovery_sync.backends.file")
+
+
+@dataclass
+class SweepResult:
+    removed: list[str] = field(default_factory=list)  # store keys of removed records
+    not_removed: dict[str, str] = field(default_factory=dict)  # store key -> why it stays
+
+
+class Sweeper:
+    """Sweeps the buckets of one client; remembers the deletions the store refused, so each is
+    logged once (and not tried again until the file changes)."""
+
+    def __init__(self) -> None:
+        self._refused: dict[tuple[str, str], tuple[int, int]] = {}  # (bucket, name) -> (ino, mtime_ns)
+
+    def sweep(self, view: BucketView, owned: frozenset[str], *, retry: bool = False) -> SweepResult:
+        """Remove the dead records and leftovers of ``view``; ``retry`` tries refused ones again."""
+        result = SweepResult()
+        dead = view.dead(owned)
+        if not dead:
+            return result
+        with view.directory.use() as dir_fd:
+            for name, entry in dead:
+                self._sweep_one(view, dir_fd, name, entry, result, retry)
+        return result
+
+    def _sweep_one(
+        self, view: BucketView, dir_fd: int, name: str, entry: Entry, result: SweepResult, retry: bool
+    ) -> None:
+        leftover = name.startswith(".")
+        instance_id = None if leftover else id_of_name(view.kind, name)
+        if not leftover and instance_id is None:
+            return  # not a record name: never deleted
+        key = f"{view.kind.bucket}/{instance_id.to_path()}" if instance_id is not None else f"{view.kind.bucket}/{name}"
+        marker = (view.kind.bucket, name)
+        if not retry and self._refused.get(marker) == (entry.ino, entry.mtime_ns):
+            return
+        if not _still_unchanged(dir_fd, name, entry):
+            if not leftover:
+                view.refresh_name(name)
+            return
+        try:
+            removed = remove_record(dir_fd, name)
+        except OSError as exc:
+            reason = f"cannot delete it: {exc.strerror}"
+            if self._refused.get(marker) != (entry.ino, entry.mtime_ns):
+                log.warning(
+                    "%s/%s has had no heartbeat for %.1f s but stays: %s",
+                    view.kind.bucket,
+                    printable(name),
+                    view.dead_after,
+                    reason,
+                )
+            self._refused[marker] = (entry.ino, entry.mtime_ns)
+            if not leftover:
+                result.not_removed[key] = reason
+            return
+        self._refused.pop(marker, None)
+        if leftover:
+            if removed:
+                log.info(
+                    "removed the leftover file %s/%s: unchanged for %.1f s", view.kind.bucket, name, view.dead_after
+                )
+            view.forget(name)
+            return
+        if removed:
+            log.info("removed %s/%s: no heartbeat for %.1f s", view.kind.bucket, name, view.dead_after)
+            result.removed.append(key)
+        view.refresh_name(name)
+
+
+def _still_unchanged(dir_fd: int, name: str, entry: Entry) -> bool:
+    """Re-check a dead file right before deleting it: a regular file, same inode, same mtime.
+
+    The file is re-opened and its open handle stat-ed: network filesystems revalidate attributes
+    on open (NFS close-to-open) or answer fstat from the server (sshfs), not from a stale cache.
+    """
+    try:
+        with open_regular(dir_fd, name) as opened:
+            if opened is None:  # gone, or not a regular file any more
+                return False
+            st: os.stat_result = opened[1]
+    except OSError:  # unreadable now: the stat of the scan is all there is to judge by
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except OSError:
+            return False
+        if not stat.S_ISREG(st.st_mode):
+            return False
+    return (st.st_ino, st.st_mtime_ns) == (entry.ino, entry.mtime_ns)
