@@ -37,7 +37,7 @@ from discovery_sync.periodic import PeriodicThread
 from discovery_sync.queries import Query
 from discovery_sync.watch import WatchFeed
 
-from .directory import StoreDirectory, SymlinkRefused
+from .directory import StoreDirectory, SymlinkRefused, listing
 from .doctor import diagnose_store
 from .layout import LOCK_DIRNAME, StoreLayout
 from .locks import StoreLocks
@@ -333,7 +333,7 @@ class FileDiscovery(Discovery):
         for directory in self._buckets.values():
             try:
                 directory.revalidate()
-                with directory.use() as dir_fd, os.scandir(dir_fd):
+                with directory.use() as dir_fd, listing(dir_fd):
                     pass
             except OSError as exc:
                 raise BackendUnavailable(f"cannot read the file store directory {directory.path}: {exc}") from exc

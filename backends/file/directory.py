@@ -107,6 +107,21 @@ def open_below(root: Path, relative: str, *, create: bool = False) -> int:
     return fd
 
 
+@contextlib.contextmanager
+def listing(dir_fd: int) -> Iterator[Iterator[os.DirEntry[str]]]:
+    """``os.scandir`` of an open directory through a descriptor of its own.
+
+    ``os.scandir(fd)`` reads through a duplicate of ``fd``, which shares its read position:
+    two threads listing one directory that way would each see part of it.
+    """
+    fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        with os.scandir(fd) as entries:
+            yield entries
+    finally:
+        os.close(fd)
+
+
 class _Handle:
     __slots__ = ("fd", "identity", "retired", "users")
 

@@ -11,7 +11,7 @@ from discovery_sync.errors import ValidationError
 from discovery_sync.identity import RecordKind
 from discovery_sync.model import instance_from_json
 
-from .directory import SymlinkRefused, open_below
+from .directory import SymlinkRefused, listing, open_below
 from .layout import StoreLayout
 from .mounts import cache_options, cache_window, mount_of
 from .names import id_of_name, printable, record_name
@@ -123,7 +123,7 @@ def _diagnose_bucket(
     )
     foreign: list[str] = []
     now = time.time()
-    with os.scandir(dir_fd) as entries:
+    with listing(dir_fd) as entries:
         for entry in entries:
             name, shown = entry.name, directory / printable(entry.name)
             try:

@@ -39,7 +39,7 @@ from discovery_sync.identity import RecordKind
 from discovery_sync.model import DiscoveryInstance, instance_from_json
 from discovery_sync.reconcile import Change, apply
 
-from .directory import StoreDirectory
+from .directory import StoreDirectory, listing
 from .names import is_leftover, may_be_record, printable, record_name
 from .records import DEFAULT_MAX_RECORD_BYTES, RecordTooLarge, open_regular, read_bounded
 
@@ -360,7 +360,7 @@ def _scan(
     None for the files ``unchanged(name, inode)`` vouches for, which are not stat'ed. A
     ``full`` scan also collects leftover files and foreign entries."""
     scan = _Scan({}, {}, {})
-    with os.scandir(dir_fd) as entries:
+    with listing(dir_fd) as entries:
         for entry in entries:
             name = entry.name
             candidate = name.startswith(name_prefix) and not name.startswith(".") and may_be_record(name)
