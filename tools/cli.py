@@ -75,8 +75,13 @@ def cmd_register(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    with ds.connect(args.url) as client:
-        report = client.diagnose()
+    try:
+        client = ds.connect(args.url)
+    except ds.BackendUnavailable as exc:  # a store no client may use (a symlinked bucket, say) is a finding too
+        report: dict[str, Any] = {"url": args.url or ds.default_url(), "problems": [str(exc)]}
+    else:
+        with client:
+            report = client.diagnose()
     _print_json(report)
     for problem in report.get("problems", []):
         print(f"problem: {problem}", file=sys.stderr)
@@ -85,9 +90,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def cmd_gc(args: argparse.Namespace) -> int:
     with ds.connect(args.url) as client:
-        for removed in client.collect_garbage():
-            _print_json({"removed": removed})
-    return 0
+        garbage = client.collect_garbage()
+    for removed in garbage:
+        _print_json({"removed": removed})
+    for key, reason in garbage.not_removed.items():
+        _print_json({"not_removed": key, "reason": reason})
+    return 1 if garbage.not_removed else 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

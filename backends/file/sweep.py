@@ -83,6 +83,7 @@ class Sweeper:
             self._refused[marker] = (entry.ino, entry.mtime_ns)
             if not leftover:
                 result.not_removed[key] = reason
+                view.expire(name)  # dead all the same: watches hear so, as list() already excludes it
             return
         self._refused.pop(marker, None)
         if leftover:

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from discovery_sync.errors import ValidationError
-from discovery_sync.events import DiscoveryEvent, Removed
+from discovery_sync.events import Added, DiscoveryEvent, Removed
 from discovery_sync.identity import RecordKind
 from discovery_sync.model import DiscoveryInstance, instance_from_json
 from discovery_sync.reconcile import Change, apply
@@ -68,6 +68,7 @@ class Entry:
     read_at: float = 0.0  # reader's monotonic time when this content was first read
     problem: str | None = None  # why the content is not served
     warned: bool = False  # reset with every new content
+    expired: bool = False  # judged dead but still there (it could not be deleted): Removed was published
 
     @property
     def version(self) -> tuple[int, int, int]:
@@ -183,7 +184,8 @@ class BucketView:
             return
         now = self._clock()
         seen_at = entry.seen_at if entry is not None and entry.mtime_ns == st.st_mtime_ns else now
-        old = entry.valid if entry is not None else None
+        # watchers were told an expired record is gone: what comes now is new to them
+        old = entry.valid if entry is not None and not entry.expired else None
         try:
             if opened is not None:
                 raw: bytes | None = read_bounded(opened, st.st_size, self.max_record_bytes)
@@ -192,6 +194,9 @@ class BucketView:
         except (OSError, RecordTooLarge) as exc:
             # kept as an entry of this version: not read again until it changes, swept when dead
             problem = f"too large: {exc}" if isinstance(exc, RecordTooLarge) else f"cannot be read: {exc.strerror}"
+            if entry is not None and entry.problem == problem and (entry.ino, entry.size) == version[:2]:
+                entry.mtime_ns, entry.seen_at = st.st_mtime_ns, seen_at  # a heartbeat: warned once is enough
+                return
             self._entries[name] = Entry(*version, seen_at, None, old, read_at=now, problem=problem)
             return
         if raw is None:  # vanished, or no longer a regular file
@@ -200,6 +205,10 @@ class BucketView:
         content = digest(raw)
         if entry is not None and content == entry.content:
             entry.ino, entry.size, entry.mtime_ns, entry.seen_at = *version, seen_at
+            if entry.expired and seen_at == now:  # its mtime moves again: alive after all
+                entry.expired = False
+                if entry.valid is not None:
+                    self._publish(Added(entry.valid), entry.valid)
             return
         if gate is not None and not gate(name, content):
             return
@@ -248,9 +257,20 @@ class BucketView:
                     entry.warned = True
                     log.warning("skipping the file %s in %s: %s", name, self.directory.path, entry.problem)
 
+    def expire(self, name: str) -> None:
+        """A dead record that stays in the directory (it could not be deleted): publish Removed
+        once; a heartbeat that moves its mtime again brings it back with Added."""
+        with self.lock:
+            entry = self._entries.get(name)
+            if entry is None or entry.expired:
+                return
+            entry.expired = True
+            if entry.valid is not None:
+                self._publish(Removed(entry.valid.id()), None)
+
     def _drop(self, name: str) -> None:
         entry = self._entries.pop(name, None)
-        if entry is not None and entry.valid is not None:
+        if entry is not None and entry.valid is not None and not entry.expired:
             self._publish(Removed(entry.valid.id()), None)
 
     def _unchanged_inode(self, name: str, inode: int) -> bool:
@@ -265,7 +285,10 @@ class BucketView:
             return [
                 e.valid
                 for n, e in self._entries.items()
-                if e.valid is not None and n.startswith(name_prefix) and (n in skip or e.seen_at >= alive_since)
+                if e.valid is not None
+                and not e.expired
+                and n.startswith(name_prefix)
+                and (n in skip or e.seen_at >= alive_since)
             ]
 
     def dead(self, owned: frozenset[str]) -> list[tuple[str, Entry]]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import fcntl
-import logging
 import os
 import shutil
 import threading
@@ -14,40 +13,11 @@ from pathlib import Path
 import pytest
 
 import discovery_sync as ds
+from tests.file.junk import hand_written
 from tests.helpers import assert_quiet, endpoint_spec, initial_state, next_event
 
 TTL = 2.0
 RESCAN = 0.2
-
-
-class LogCatcher(logging.Handler):
-    """Collects warnings of the file backend; ``wait_for`` blocks until a matching one arrives."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.messages: list[str] = []
-        self._changed = threading.Condition()
-
-    def emit(self, record: logging.LogRecord) -> None:
-        with self._changed:
-            self.messages.append(record.getMessage())
-            self._changed.notify_all()
-
-    def wait_for(self, text: str, timeout: float = 10.0) -> list[str]:
-        with self._changed:
-            self._changed.wait_for(lambda: any(text in m for m in self.messages), timeout)
-            return [m for m in self.messages if text in m]
-
-
-@pytest.fixture
-def warnings() -> Iterator[LogCatcher]:
-    catcher = LogCatcher()
-    logger = logging.getLogger("discovery_sync.backends.file")
-    logger.addHandler(catcher)
-    try:
-        yield catcher
-    finally:
-        logger.removeHandler(catcher)
 
 
 @pytest.fixture
@@ -57,14 +27,6 @@ def client(store: Path) -> Iterator[ds.Discovery]:
         yield client
     finally:
         client.shutdown()
-
-
-def hand_written(store: Path, endpoint: str, instance_id: int) -> tuple[ds.Endpoint, Path]:
-    """An endpoint record written straight into the bucket, as another process would."""
-    record = ds.Endpoint("ns", "backend", endpoint, instance_id, ds.Transport.tcp("127.0.0.1:1"))
-    path = store / "v1" / "instances" / f"ns%2Fbackend%2F{endpoint}%2F{instance_id:x}"
-    path.write_bytes(ds.instance_to_json(record))
-    return record, path
 
 
 def test_corrupt_files_are_skipped_with_one_warning_and_the_watch_goes_on(store, client, warnings):

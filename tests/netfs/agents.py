@@ -220,10 +220,10 @@ def skew_heartbeats(seconds: float) -> None:
     if not callable(getattr(backend, "touch_record", None)):
         raise SystemExit("the file backend no longer heartbeats through backend.touch_record: update this agent")
 
-    def skewed_touch(path: Path | str) -> bool:
+    def skewed_touch(dir_fd: int, name: str) -> bool:
         stamp = time.time() + seconds
         try:
-            os.utime(path, (stamp, stamp))
+            os.utime(name, (stamp, stamp), dir_fd=dir_fd, follow_symlinks=False)
         except FileNotFoundError:
             return False
         return True

@@ -103,7 +103,7 @@ def test_doctor_reports_a_healthy_store_and_then_a_corrupt_record(url, tmp_path)
     (tmp_path / "store" / "v1" / "instances" / "ns%2Fb%2Fe%2F1").write_text("{broken")
     broken = cli("doctor", url=url)
     assert broken.returncode == 1
-    assert "unreadable record" in broken.stderr
+    assert "unusable record" in broken.stderr
     assert orjson.loads(broken.stdout)["buckets"]["v1/instances"]["unreadable"] == 1
 
 
