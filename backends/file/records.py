@@ -17,7 +17,6 @@ import errno
 import os
 import secrets
 import stat
-from collections.abc import Iterator
 
 TEMP_PREFIX = ".tmp_"
 #: dot files that outlive their purpose when something dies: temp files of a writer killed
@@ -46,26 +45,46 @@ class RecordTooLarge(Exception):
         self.limit = limit
 
 
-@contextlib.contextmanager
-def open_regular(dir_fd: int | None, name: str) -> Iterator[tuple[int, os.stat_result] | None]:
-    """Open ``name`` in ``dir_fd`` for reading: its descriptor and ``fstat``, or None when it does
-    not exist or is not a regular file (symlink, FIFO, socket, device, directory). Never blocks
-    on the file; other errors (EACCES, EIO) are raised."""
+def _open(dir_fd: int | None, name: str) -> int | None:
+    """A read-only descriptor of ``name``, or None when it is missing or cannot be a regular file
+    (a symlink, socket, …); never blocks on the file. EACCES, EIO and the like are raised."""
     try:
-        fd = os.open(name, OPEN_FLAGS, dir_fd=dir_fd)
+        return os.open(name, OPEN_FLAGS, dir_fd=dir_fd)
     except FileNotFoundError:
-        yield None
-        return
+        return None
     except OSError as exc:
-        if exc.errno not in _NOT_A_FILE:
-            raise
-        yield None
-        return
+        if exc.errno in _NOT_A_FILE:
+            return None
+        raise
+
+
+def read_regular(dir_fd: int | None, name: str, limit: int) -> tuple[os.stat_result, bytes] | None:
+    """The ``fstat`` and bytes of ``name`` in ``dir_fd``, or None when it does not exist or is not
+    a regular file (symlink, FIFO, socket, device, directory). RecordTooLarge when it holds more
+    than ``limit`` bytes; other errors (EACCES, EIO) are raised."""
+    fd = _open(dir_fd, name)
+    if fd is None:
+        return None
     try:
         st = os.fstat(fd)
-        yield (fd, st) if stat.S_ISREG(st.st_mode) else None
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        return st, read_bounded(fd, st.st_size, limit)
     finally:
         os.close(fd)
+
+
+def stat_regular(dir_fd: int | None, name: str) -> os.stat_result | None:
+    """``fstat`` of ``name`` opened (not ``stat``: network filesystems revalidate on open), or
+    None when it does not exist or is not a regular file."""
+    fd = _open(dir_fd, name)
+    if fd is None:
+        return None
+    try:
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
+    return st if stat.S_ISREG(st.st_mode) else None
 
 
 def read_bounded(fd: int, size: int, limit: int) -> bytes:
@@ -91,11 +110,8 @@ def read_bounded(fd: int, size: int, limit: int) -> bytes:
 
 def read_file(dir_fd: int | None, name: str, limit: int = DEFAULT_MAX_RECORD_BYTES) -> bytes | None:
     """The bytes of a regular file, or None when it does not exist or is not a regular file."""
-    with open_regular(dir_fd, name) as opened:
-        if opened is None:
-            return None
-        fd, st = opened
-        return read_bounded(fd, st.st_size, limit)
+    found = read_regular(dir_fd, name, limit)
+    return None if found is None else found[1]
 
 
 def stat_entry(dir_fd: int | None, name: str) -> os.stat_result | None:

@@ -23,7 +23,7 @@ import stat
 from dataclasses import dataclass, field
 
 from .names import id_of_name, printable
-from .records import open_regular, remove_record
+from .records import remove_record, stat_regular
 from .view import BucketView, Entry
 
 log = logging.getLogger("discovery_sync.backends.file")
@@ -106,15 +106,12 @@ def _still_unchanged(dir_fd: int, name: str, entry: Entry) -> bool:
     on open (NFS close-to-open) or answer fstat from the server (sshfs), not from a stale cache.
     """
     try:
-        with open_regular(dir_fd, name) as opened:
-            if opened is None:  # gone, or not a regular file any more
-                return False
-            st: os.stat_result = opened[1]
+        st = stat_regular(dir_fd, name)
     except OSError:  # unreadable now: the stat of the scan is all there is to judge by
         try:
             st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
         except OSError:
             return False
-        if not stat.S_ISREG(st.st_mode):
-            return False
+    if st is None or not stat.S_ISREG(st.st_mode):  # gone, or not a regular file any more
+        return False
     return (st.st_ino, st.st_mtime_ns) == (entry.ino, entry.mtime_ns)

@@ -41,7 +41,7 @@ from discovery_sync.reconcile import Change, apply
 
 from .directory import StoreDirectory, listing
 from .names import is_leftover, may_be_record, printable, record_name
-from .records import DEFAULT_MAX_RECORD_BYTES, RecordTooLarge, open_regular, read_bounded
+from .records import DEFAULT_MAX_RECORD_BYTES, RecordTooLarge, read_regular
 
 log = logging.getLogger("discovery_sync.backends.file")
 
@@ -139,7 +139,7 @@ class BucketView:
         full = not name_prefix and not quick
         self.directory.revalidate()
         with self.directory.use() as dir_fd:
-            scan = _scan(dir_fd, name_prefix, self._unchanged_inode if quick else None, full)
+            scan = _scan(dir_fd, name_prefix, self._entries, quick, full)
             with self.lock:
                 if full:
                     self._track_leftovers(scan.leftovers)
@@ -167,41 +167,37 @@ class BucketView:
             return
         with self.directory.use() as dir_fd:
             try:
-                with open_regular(dir_fd, name) as opened, self.lock:
-                    if opened is None:
-                        self._drop(name)
-                    else:
-                        self._update(dir_fd, name, opened[1], opened=opened[0])
-            except OSError as exc:
+                found = read_regular(dir_fd, name, self.max_record_bytes)
+            except (OSError, RecordTooLarge) as exc:
                 log.debug("cannot read %s/%s now (the next rescan judges it): %s", self.kind.bucket, name, exc)
+                return
+            with self.lock:
+                if found is None:
+                    self._drop(name)
+                else:
+                    self._update(dir_fd, name, found[0], raw=found[1])
 
     def _update(
-        self, dir_fd: int, name: str, st: os.stat_result, gate: Gate | None = None, opened: int | None = None
+        self, dir_fd: int, name: str, st: os.stat_result, gate: Gate | None = None, raw: bytes | None = None
     ) -> None:
         entry = self._entries.get(name)
-        version = (st.st_ino, st.st_size, st.st_mtime_ns)
-        if entry is not None and entry.version == version:
+        if entry is not None and (entry.ino, entry.size, entry.mtime_ns) == (st.st_ino, st.st_size, st.st_mtime_ns):
             return
         now = self._clock()
-        seen_at = entry.seen_at if entry is not None and entry.mtime_ns == st.st_mtime_ns else now
         # watchers were told an expired record is gone: what comes now is new to them
         old = entry.valid if entry is not None and not entry.expired else None
-        try:
-            if opened is not None:
-                raw: bytes | None = read_bounded(opened, st.st_size, self.max_record_bytes)
-            else:
-                raw = self._read(dir_fd, name)
-        except (OSError, RecordTooLarge) as exc:
-            # kept as an entry of this version: not read again until it changes, swept when dead
-            problem = f"too large: {exc}" if isinstance(exc, RecordTooLarge) else f"cannot be read: {exc.strerror}"
-            if entry is not None and entry.problem == problem and (entry.ino, entry.size) == version[:2]:
-                entry.mtime_ns, entry.seen_at = st.st_mtime_ns, seen_at  # a heartbeat: warned once is enough
+        if raw is None:
+            try:
+                found = read_regular(dir_fd, name, self.max_record_bytes)
+            except (OSError, RecordTooLarge) as exc:
+                self._note_unread(name, entry, st, now, old, exc)
                 return
-            self._entries[name] = Entry(*version, seen_at, None, old, read_at=now, problem=problem)
-            return
-        if raw is None:  # vanished, or no longer a regular file
-            self._drop(name)
-            return
+            if found is None:  # vanished, or no longer a regular file
+                self._drop(name)
+                return
+            st, raw = found
+        version = (st.st_ino, st.st_size, st.st_mtime_ns)
+        seen_at = entry.seen_at if entry is not None and entry.mtime_ns == st.st_mtime_ns else now
         content = digest(raw)
         if entry is not None and content == entry.content:
             entry.ino, entry.size, entry.mtime_ns, entry.seen_at = *version, seen_at
@@ -221,7 +217,8 @@ class BucketView:
         except ValidationError as exc:
             new_entry.problem = str(exc)  # reported by warn_pending(), once it has settled
             return
-        if record_name(instance.id()) != name:
+        # the name was checked when this identity was first read under it
+        if (old is None or old.id() != instance.id()) and record_name(instance.id()) != name:
             # a copy under another name, or a file planted to shadow another worker's record
             new_entry.problem = (
                 f"it holds the record {instance.id().to_path()!r}, whose file name is {record_name(instance.id())!r}; "
@@ -235,12 +232,28 @@ class BucketView:
         if event is not None:
             self._publish(event, valid)
 
-    def _read(self, dir_fd: int, name: str) -> bytes | None:
-        with open_regular(dir_fd, name) as opened:
-            if opened is None:
-                return None
-            fd, st = opened
-            return read_bounded(fd, st.st_size, self.max_record_bytes)
+    def _note_unread(
+        self,
+        name: str,
+        entry: Entry | None,
+        st: os.stat_result,
+        now: float,
+        old: DiscoveryInstance | None,
+        exc: Exception,
+    ) -> None:
+        """A file that could not be read: kept as an entry of this version (not read again until
+        it changes, swept when dead, warned about once), with the last valid value of its name."""
+        if isinstance(exc, RecordTooLarge):
+            problem = f"too large: {exc}"
+        else:
+            problem = f"cannot be read: {getattr(exc, 'strerror', None) or exc}"
+        seen_at = entry.seen_at if entry is not None and entry.mtime_ns == st.st_mtime_ns else now
+        if entry is not None and entry.problem == problem and (entry.ino, entry.size) == (st.st_ino, st.st_size):
+            entry.mtime_ns, entry.seen_at = st.st_mtime_ns, seen_at  # a heartbeat: warned once is enough
+            return
+        self._entries[name] = Entry(
+            st.st_ino, st.st_size, st.st_mtime_ns, seen_at, None, old, read_at=now, problem=problem
+        )
 
     def warn_pending(self) -> None:
         """Warn once about each file whose content is not served, once it has stood for the
@@ -272,10 +285,6 @@ class BucketView:
         entry = self._entries.pop(name, None)
         if entry is not None and entry.valid is not None and not entry.expired:
             self._publish(Removed(entry.valid.id()), None)
-
-    def _unchanged_inode(self, name: str, inode: int) -> bool:
-        entry = self._entries.get(name)
-        return entry is not None and entry.ino == inode
 
     # -- state --------------------------------------------------------------------------------------
     def valid(self, name_prefix: str = "", *, skip: frozenset[str] = frozenset()) -> list[DiscoveryInstance]:
@@ -373,24 +382,22 @@ def describe_entry(name: str, st: os.stat_result | None) -> str | None:
     return None
 
 
-def _scan(
-    dir_fd: int,
-    name_prefix: str,
-    unchanged: Callable[[str, int], bool] | None,
-    full: bool,
-) -> _Scan:
-    """Regular files with record names (and the prefix) in the directory, with their stat;
-    None for the files ``unchanged(name, inode)`` vouches for, which are not stat'ed. A
-    ``full`` scan also collects leftover files and foreign entries."""
+def _scan(dir_fd: int, name_prefix: str, known: dict[str, Entry], quick: bool, full: bool) -> _Scan:
+    """Regular files with record names (and the prefix) in the directory, with their stat; with
+    ``quick``, None for the ``known`` files whose directory entry shows the known inode (they
+    are not stat'ed). A ``full`` scan also collects leftover files and foreign entries."""
     scan = _Scan({}, {}, {})
     with listing(dir_fd) as entries:
         for entry in entries:
             name = entry.name
-            candidate = name.startswith(name_prefix) and not name.startswith(".") and may_be_record(name)
+            if name in known:  # a record name already, and no dot file
+                candidate = name.startswith(name_prefix)
+                if candidate and quick and known[name].ino == entry.inode():
+                    scan.found[name] = None
+                    continue
+            else:
+                candidate = name.startswith(name_prefix) and not name.startswith(".") and may_be_record(name)
             if not candidate and not full:
-                continue
-            if candidate and unchanged is not None and unchanged(name, entry.inode()):
-                scan.found[name] = None
                 continue
             try:
                 st = entry.stat(follow_symlinks=False)

@@ -31,6 +31,12 @@ class LogCatcher(logging.Handler):
             self._changed.wait_for(lambda: any(text in m for m in self.messages), timeout)
             return [m for m in self.messages if text in m]
 
+    def count(self, text: str, at_least: int, timeout: float = 10.0) -> int:
+        """How many warnings hold ``text``, once at least ``at_least`` do (or at the timeout)."""
+        with self._changed:
+            self._changed.wait_for(lambda: sum(text in m for m in self.messages) >= at_least, timeout)
+            return sum(text in m for m in self.messages)
+
     def matching(self, text: str) -> list[str]:
         with self._changed:
             return [m for m in self.messages if text in m]
