@@ -1,8 +1,11 @@
 """Percent-encoding of identity-path segments and file names (DESIGN §2, §6)."""
 
+import contextlib
 import string
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from discovery_sync import ValidationError
 from discovery_sync.pathcodec import decode, encode_filename, encode_segment
@@ -90,3 +93,37 @@ def test_decode_leaves_text_without_escapes_alone():
 def test_decode_rejects_malformed_input(text):
     with pytest.raises(ValidationError):
         decode(text)
+
+
+@pytest.mark.parametrize("text", ["\udcff", "ns%2F\udcfe", "\ud800x", b"ns", None, 42])
+def test_decode_rejects_what_is_not_utf8_text(text):
+    """Names os.fsdecode makes of non-UTF-8 bytes hold lone surrogates; they are not records."""
+    with pytest.raises(ValidationError):
+        decode(text)
+
+
+# -- properties (bounded: a few hundred examples each) ---------------------------------------------
+
+BOUNDED = settings(max_examples=300, deadline=None, derandomize=True, database=None)
+
+
+@BOUNDED
+@given(st.text() | st.text(alphabet="%%%0123456789abcdefABCDEFGZ/é\udcff\ud800"))
+def test_decode_of_any_text_returns_text_or_raises_a_validation_error(text):
+    with contextlib.suppress(ValidationError):
+        assert isinstance(decode(text), str)
+
+
+@BOUNDED
+@given(st.text(alphabet=st.characters(exclude_categories=("Cs",))))
+def test_every_encoder_round_trips_any_text_and_file_names_use_letters_digits_and_escapes(text):
+    for encode in ENCODERS:
+        assert decode(encode(text)) == text
+    assert all(c.isascii() and (c.isalnum() or c == "%") for c in encode_filename(text))
+
+
+@BOUNDED
+@given(st.text(alphabet="abcXYZ019/_.-%é ", max_size=40))
+def test_the_fast_path_of_file_names_agrees_with_the_byte_by_byte_encoding(text):
+    slow = "".join(c if c.isascii() and c.isalnum() else "".join(f"%{b:02X}" for b in c.encode()) for c in text)
+    assert encode_filename(text) == slow
