@@ -66,26 +66,37 @@ def make_huge(path: Path, size: int = 1 << 30) -> None:
 
 
 class Outside:
-    """A directory outside the store with files a followed symlink would expose: a document,
-    and a valid record under a record name, all with old mtimes (a sweeper would delete them)."""
+    """A directory outside the store with what a followed symlink would expose: a document, a
+    valid record under its record name, a leftover's name and a subdirectory, all with old mtimes
+    (a sweeper would delete them). ``assert_untouched`` compares every entry's inode, mode, mtime
+    and bytes with what they were."""
+
+    RECORD = ds.Endpoint("ns", "backend", "outside", 1, ds.Transport.tcp("127.0.0.1:1"))
+    RECORD_NAME = "ns%2Fbackend%2Foutside%2F1"
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        path.mkdir()
+        (path / "nested").mkdir(parents=True)
         make_file(path / "thesis.tex", b"\\documentclass{article}")
-        record = ds.Endpoint("ns", "backend", "generate", 1, ds.Transport.tcp("127.0.0.1:1"))
-        make_file(path / "ns%2Fbackend%2Fgenerate%2F1", ds.instance_to_json(record))
+        make_file(path / self.RECORD_NAME, ds.instance_to_json(self.RECORD))
         make_file(path / ".tmp_00000000000000ff", b"{")
+        make_file(path / "nested" / "notes", b"keep")
+        for directory in (path / "nested", path):
+            os.utime(directory, (OLD, OLD))
         self.before = self.snapshot()
 
-    def snapshot(self) -> dict[str, tuple[int, int, bytes]]:
-        return {
-            entry.name: (entry.stat().st_ino, entry.stat().st_mtime_ns, Path(entry.path).read_bytes())
-            for entry in os.scandir(self.path)
-        }
+    def snapshot(self) -> dict[str, tuple[int, int, int, bytes]]:
+        found = {}
+        for directory, subdirectories, files in os.walk(self.path):
+            for name in [".", *subdirectories, *files]:
+                path = os.path.join(directory, name)
+                st = os.lstat(path)
+                data = Path(path).read_bytes() if stat.S_ISREG(st.st_mode) else b""
+                found[os.path.relpath(path, self.path)] = (st.st_ino, st.st_mode, st.st_mtime_ns, data)
+        return found
 
     def assert_untouched(self) -> None:
-        assert self.snapshot() == self.before
+        assert self.snapshot() == self.before, "a file outside the store was touched"
 
 
 def within(seconds: float, action: Callable[[], T]) -> T:
