@@ -57,7 +57,7 @@ from .records import (
 )
 from .softlock import DEFAULT_STALE_AFTER
 from .sweep import Sweeper, SweepResult
-from .view import BucketView, Content
+from .view import BucketView, Content, describe_entry
 
 log = logging.getLogger("discovery_sync.backends.file")
 
@@ -471,12 +471,12 @@ class FileDiscovery(Discovery):
         self._restore_replaced(kind, view)
 
     def _restore_replaced(self, kind: RecordKind, view: BucketView) -> None:
-        """Write back this client's records whose file another writer replaced (a new inode)."""
+        """Write back this client's records whose file another writer replaced: another inode, or
+        no regular file at all in the last scan (a FIFO or symlink in its place, or gone)."""
         for instance_id in [i for i in dict(self._owned) if i.kind is kind]:
             name = self.layout.file_name(instance_id)
             written = self._written.get(instance_id)
-            seen = view.inode_of(name)
-            if written is None or seen is None or seen == written:
+            if written is None or view.inode_of(name) == written:
                 continue
             with self._api_lock:
                 instance = self._owned.get(instance_id)
@@ -498,23 +498,22 @@ class FileDiscovery(Discovery):
             if same:  # the same bytes under a new inode (a copy put back): ours all the same
                 self._written[instance_id] = st.st_ino
                 return
+        what = f"{describe_entry(name, st) or 'a file'} of uid {st.st_uid}"
         try:
             self._write(instance, create_only=False)
         except BackendUnavailable as exc:
             if (instance_id, st.st_ino) not in self._replaced_warned:
                 self._replaced_warned.add((instance_id, st.st_ino))
                 log.error(
-                    "record %s of this client was replaced by a file of uid %d and cannot be written back (%s): "
-                    "readers now see that file's content under this client's identity",
+                    "record %s of this client was replaced by %s and cannot be written back (%s): "
+                    "readers no longer see this client's record",
                     directory.path / name,
-                    st.st_uid,
+                    what,
                     exc.__cause__ or exc,
                 )
             return
         log.warning(
-            "record %s of this client was replaced by another writer (a file of uid %d); wrote it back",
-            directory.path / name,
-            st.st_uid,
+            "record %s of this client was replaced by another writer (%s); wrote it back", directory.path / name, what
         )
 
     def _rescan_error(self, exc: BaseException) -> bool:

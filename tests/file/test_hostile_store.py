@@ -584,6 +584,19 @@ def test_an_owner_writes_back_its_record_when_another_writer_replaced_it(store, 
     rig.assert_working()
 
 
+@pytest.mark.parametrize("make", [make_fifo, lambda path: path.symlink_to("/etc/hostname")], ids=["fifo", "symlink"])
+def test_an_owner_writes_back_its_record_when_junk_took_its_place(store, rig, warnings, make):
+    own = rig.bucket() / record_name(rig.kept.id())
+    planted = rig.bucket() / "planted"
+    make(planted)
+    os.rename(planted, own)
+    assert next_event(rig.watch) == ds.Removed(rig.kept.id())  # readers see it gone until the owner notices
+    assert next_event(rig.watch, timeout=3 * RESCAN + 2) == ds.Added(rig.kept)
+    assert own.read_bytes() == ds.instance_to_json(rig.kept) and own.is_file() and not own.is_symlink()
+    assert warnings.count("replaced by another writer", 1) == 1
+    rig.assert_working()
+
+
 @needs_root
 def test_an_owner_that_cannot_write_its_record_back_says_so(tmp_path):
     """In a sticky bucket owned by another user, that user can replace a record; its owner,
