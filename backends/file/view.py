@@ -24,6 +24,7 @@ file name are never published. No problem with one file ends a scan.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -41,7 +42,7 @@ from discovery_sync.reconcile import Change, apply
 
 from .directory import StoreDirectory, listing
 from .names import is_leftover, may_be_record, printable, record_name
-from .records import DEFAULT_MAX_RECORD_BYTES, RecordTooLarge, read_regular
+from .records import DEFAULT_MAX_RECORD_BYTES, RecordTooLarge, read_regular, stat_entry
 
 log = logging.getLogger("discovery_sync.backends.file")
 
@@ -77,7 +78,8 @@ class Entry:
 
 @dataclass(slots=True)
 class _Scan:
-    found: dict[str, os.stat_result | None]
+    found: dict[str, os.stat_result | None]  # None: unchanged as far as the listing shows, or new (see unread)
+    unread: list[str]  # regular files with record names the view does not know yet: read, not stat'ed
     leftovers: dict[str, os.stat_result]
     foreign: dict[str, str]  # name -> what it is
 
@@ -150,6 +152,8 @@ class BucketView:
                     for name, st in scan.found.items():
                         if st is not None:
                             self._update(dir_fd, name, st, gate)
+                    for name in scan.unread:
+                        self._update(dir_fd, name, None, gate)
                     for name in [n for n in self._entries if n.startswith(name_prefix) and n not in scan.found]:
                         if gate is None or gate(name, None):
                             self._drop(name)
@@ -178,10 +182,16 @@ class BucketView:
                     self._update(dir_fd, name, found[0], raw=found[1])
 
     def _update(
-        self, dir_fd: int, name: str, st: os.stat_result, gate: Gate | None = None, raw: bytes | None = None
+        self, dir_fd: int, name: str, st: os.stat_result | None, gate: Gate | None = None, raw: bytes | None = None
     ) -> None:
+        """Apply what is now stored under ``name``: ``st`` its stat (None: read it to know), ``raw``
+        its bytes when they were read already (with ``st`` their ``fstat``)."""
         entry = self._entries.get(name)
-        if entry is not None and (entry.ino, entry.size, entry.mtime_ns) == (st.st_ino, st.st_size, st.st_mtime_ns):
+        if (
+            st is not None
+            and entry is not None
+            and (entry.ino, entry.size, entry.mtime_ns) == (st.st_ino, st.st_size, st.st_mtime_ns)
+        ):
             return
         now = self._clock()
         # watchers were told an expired record is gone: what comes now is new to them
@@ -190,12 +200,16 @@ class BucketView:
             try:
                 found = read_regular(dir_fd, name, self.max_record_bytes)
             except (OSError, RecordTooLarge) as exc:
-                self._note_unread(name, entry, st, now, old, exc)
+                if st is None:
+                    st = stat_entry(dir_fd, name)
+                if st is not None:
+                    self._note_unread(name, entry, st, now, old, exc)
                 return
             if found is None:  # vanished, or no longer a regular file
                 self._drop(name)
                 return
             st, raw = found
+        assert st is not None  # bytes read come with their fstat
         version = (st.st_ino, st.st_size, st.st_mtime_ns)
         seen_at = entry.seen_at if entry is not None and entry.mtime_ns == st.st_mtime_ns else now
         content = digest(raw)
@@ -383,10 +397,11 @@ def describe_entry(name: str, st: os.stat_result | None) -> str | None:
 
 
 def _scan(dir_fd: int, name_prefix: str, known: dict[str, Entry], quick: bool, full: bool) -> _Scan:
-    """Regular files with record names (and the prefix) in the directory, with their stat; with
-    ``quick``, None for the ``known`` files whose directory entry shows the known inode (they
-    are not stat'ed). A ``full`` scan also collects leftover files and foreign entries."""
-    scan = _Scan({}, {}, {})
+    """Regular files with record names (and the prefix) in the directory. Known ones come with
+    their stat, or with ``quick`` None when the listing shows the known inode (not stat'ed); new
+    ones are listed in ``unread`` (opening them tells all a stat would). A ``full`` scan also
+    collects leftover files and foreign entries."""
+    scan = _Scan({}, [], {}, {})
     with listing(dir_fd) as entries:
         for entry in entries:
             name = entry.name
@@ -397,6 +412,12 @@ def _scan(dir_fd: int, name_prefix: str, known: dict[str, Entry], quick: bool, f
                     continue
             else:
                 candidate = name.startswith(name_prefix) and not name.startswith(".") and may_be_record(name)
+                # the type the listing gives costs no system call (DT_UNKNOWN falls back to lstat)
+                with contextlib.suppress(OSError):
+                    if candidate and entry.is_file(follow_symlinks=False):
+                        scan.found[name] = None
+                        scan.unread.append(name)
+                        continue
             if not candidate and not full:
                 continue
             try:
