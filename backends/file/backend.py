@@ -452,7 +452,8 @@ class FileDiscovery(Discovery):
 
     def _rescan_bucket(self, kind: RecordKind, view: BucketView) -> None:
         missed: list[tuple[DiscoveryEvent, DiscoveryInstance | None]] = []
-        previous, current = self._suspects[kind], {}
+        previous = self._suspects[kind]
+        current: dict[str, tuple[Content | None, float]] = {}
         self._suspects[kind] = current
         scanned_at = time.monotonic()
         view.refresh(
