@@ -42,6 +42,7 @@ DEFAULT_STALE_AFTER = 10.0
 RETRY_START, RETRY_MAX = 0.001, 0.05
 REFRESHER_THREAD = "discovery-sync-file-lock-refresh"
 MARKER_SIZE = 256
+MAX_REFUSALS = 5  # EPERMs in a row, with no marker to explain them, before a create counts as refused
 
 
 class _Held:
@@ -140,9 +141,20 @@ class SoftLocks:
         delay = RETRY_START
         seen: bytes | None = None
         seen_since = 0.0
+        refused = 0
         while True:
             acquired = time.time()
-            if self._try_create(marker, dir_fd, token, acquired):
+            try:
+                created = self._try_create(marker, dir_fd, token, acquired)
+            except PermissionError:
+                # sshfs answers a lost O_EXCL race with EPERM, and the winner may have released the
+                # lock before we look: a refusal is taken for a permission problem only when it repeats
+                refused += 1
+                if refused >= MAX_REFUSALS:
+                    raise
+                continue
+            refused = 0
+            if created:
                 held = _Held(marker, dir_fd, token, acquired)
                 self._track(held)
                 return held

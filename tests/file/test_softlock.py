@@ -14,7 +14,7 @@ from pathlib import Path
 import orjson
 import pytest
 from discovery_sync.backends.file.mounts import cache_window, choose_modes, mount_of
-from discovery_sync.backends.file.softlock import MARKER_SIZE, SoftLocks, marker_bytes
+from discovery_sync.backends.file.softlock import MARKER_SIZE, MAX_REFUSALS, SoftLocks, marker_bytes
 
 import discovery_sync as ds
 
@@ -129,6 +129,41 @@ def test_a_release_after_the_lock_was_broken_leaves_the_new_holders_marker(tmp_p
         slow.release(held)
     assert orjson.loads(marker.read_bytes())["token"] == "the-breaker"
     assert any("was broken while this process held it" in r.getMessage() for r in caplog.records)
+
+
+class RefusingLocks(SoftLocks):
+    """Soft locks whose first ``refusals`` creates are refused with EPERM and no marker, as sshfs
+    answers an O_EXCL race lost to a holder that released the lock before the loser looked
+    (injected: the race cannot be made on demand)."""
+
+    def __init__(self, refusals: int) -> None:
+        super().__init__(timeout=5, stale_after=STALE)
+        self.refusals = refusals
+
+    def _try_create(self, marker, dir_fd, token, acquired):  # type: ignore[no-untyped-def]
+        if self.refusals > 0:
+            self.refusals -= 1
+            raise PermissionError(1, "Operation not permitted")
+        return super()._try_create(marker, dir_fd, token, acquired)
+
+
+def test_a_create_refused_once_by_a_lost_race_is_tried_again(tmp_path):
+    locks = RefusingLocks(refusals=2)
+    try:
+        with locks.hold(tmp_path / "bucket.lock"):
+            assert (tmp_path / "bucket.lock").exists()
+    finally:
+        locks.close()
+
+
+def test_a_create_refused_every_time_is_a_permission_error(tmp_path):
+    locks = RefusingLocks(refusals=1000)
+    try:
+        with pytest.raises(PermissionError):
+            locks.acquire(tmp_path / "bucket.lock")
+        assert locks.refusals == 1000 - MAX_REFUSALS  # not tried until the timeout
+    finally:
+        locks.close()
 
 
 def test_the_refresher_is_one_named_daemon_thread_stopped_by_close(tmp_path):
