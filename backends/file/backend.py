@@ -32,7 +32,7 @@ from discovery_sync.discovery import CollectedGarbage, Discovery
 from discovery_sync.errors import BackendUnavailable, DiscoveryError, ValidationError
 from discovery_sync.events import DiscoveryEvent
 from discovery_sync.identity import DiscoveryInstanceId, RecordKind
-from discovery_sync.model import DiscoveryInstance, instance_from_json, instance_to_json
+from discovery_sync.model import DiscoveryInstance, instance_to_json
 from discovery_sync.periodic import PeriodicThread
 from discovery_sync.queries import Query
 from discovery_sync.watch import WatchFeed
@@ -42,6 +42,7 @@ from .doctor import diagnose_store
 from .layout import LOCK_DIRNAME, StoreLayout
 from .locks import StoreLocks
 from .mounts import choose_modes, mount_of, store_cache_window
+from .names import describe_entry, record_from
 from .notify import DirectoryNotifier
 from .permissions import PERMISSION_POLICIES, unsafe
 from .records import (
@@ -53,11 +54,12 @@ from .records import (
     remove_record,
     stat_entry,
     touch_record,
+    unread_reason,
     write_record,
 )
 from .softlock import DEFAULT_STALE_AFTER
-from .sweep import Sweeper, SweepResult
-from .view import BucketView, Content, describe_entry
+from .sweep import Sweeper
+from .view import BucketView, Content
 
 log = logging.getLogger("discovery_sync.backends.file")
 
@@ -222,19 +224,13 @@ class FileDiscovery(Discovery):
             with self._buckets[instance_id.kind].use() as dir_fd:
                 raw = read_file(dir_fd, name, self.max_record_bytes)
                 if raw is None:
-                    st = stat_entry(dir_fd, name)
-                    return None, (None if st is None else "it is not a regular file")
-        except RecordTooLarge as exc:
-            return None, f"it is too large ({exc})"
-        except OSError as exc:
-            return None, f"it cannot be read ({exc.strerror})"
+                    return None, (None if stat_entry(dir_fd, name) is None else "not a regular file")
+        except (OSError, RecordTooLarge) as exc:
+            return None, unread_reason(exc)
         try:
-            instance = instance_from_json(raw)
+            return record_from(raw, instance_id.kind, name), None
         except ValidationError as exc:
-            return None, f"it is not a valid record ({exc})"
-        if instance.id() != instance_id:
-            return None, f"it holds another record ({instance.id().to_path()})"
-        return instance, None
+            return None, str(exc)
 
     def _get(self, instance_id: DiscoveryInstanceId) -> DiscoveryInstance | None:
         instance, problem = self._read_stored(instance_id)
@@ -250,8 +246,9 @@ class FileDiscovery(Discovery):
         if existing is None:
             path = self.layout.path_of(instance_id)
             raise DiscoveryError(
-                f"{instance.kind.value} {instance_id.to_path()} cannot be registered: {path} exists but "
-                f"{problem or 'vanished while it was read'}; remove it (or run 'discovery-sync gc' if its writer died)"
+                f"{instance.kind.value} {instance_id.to_path()} cannot be registered: {path} exists but is not a "
+                f"usable record ({problem or 'it vanished while it was read'}); remove it (or run 'discovery-sync gc' "
+                "if its writer died)"
             )
         self._adopt(instance_id)
         return existing
@@ -363,16 +360,16 @@ class FileDiscovery(Discovery):
         for view in self._views.values():
             self._refresh_quietly(view)
         self._stopping.wait(self.dead_after + self.rescan_interval)
-        result = SweepResult()
+        result = CollectedGarbage()
         for view in self._views.values():
             self._refresh_quietly(view)
             swept = self._sweeper.sweep(view, self._owned_names(view.kind), retry=True)
-            result.removed += swept.removed
+            result += swept
             result.not_removed.update(swept.not_removed)
         with self._removed_lock:
-            result.removed += self._removed_by_rescan
+            result += self._removed_by_rescan
             self._removed_by_rescan.clear()
-        return CollectedGarbage(sorted(set(result.removed)), result.not_removed)
+        return CollectedGarbage(sorted(set(result)), result.not_removed)
 
     def _refresh_quietly(self, view: BucketView) -> None:
         try:
@@ -464,7 +461,7 @@ class FileDiscovery(Discovery):
         )
         self._feeds.publish_missed(kind, missed)
         view.warn_pending()
-        removed = self._sweeper.sweep(view, self._owned_names(kind)).removed
+        removed = self._sweeper.sweep(view, self._owned_names(kind))
         if removed:
             with self._removed_lock:
                 self._removed_by_rescan.extend(removed[:MAX_REMEMBERED_REMOVALS])

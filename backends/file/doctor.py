@@ -9,15 +9,13 @@ from typing import Any
 
 from discovery_sync.errors import ValidationError
 from discovery_sync.identity import RecordKind
-from discovery_sync.model import instance_from_json
 
 from .directory import SymlinkRefused, listing, open_below
 from .layout import StoreLayout
 from .mounts import cache_options, cache_window, mount_of
-from .names import id_of_name, printable, record_name
+from .names import describe_entry, id_of_name, printable, record_from
 from .permissions import unsafe
-from .records import DEFAULT_MAX_RECORD_BYTES, REFERENCE_TTL, TEMP_PREFIX, RecordTooLarge, read_file
-from .view import describe_entry
+from .records import DEFAULT_MAX_RECORD_BYTES, REFERENCE_TTL, TEMP_PREFIX, RecordTooLarge, read_file, unread_reason
 
 STALE_TEMP_SECONDS = 60.0
 MAX_LISTED_FOREIGN = 20
@@ -166,18 +164,12 @@ def _record_problem(dir_fd: int, name: str, kind: RecordKind, max_record_bytes: 
     """Why the file ``name`` is not served as a record (None: it is)."""
     try:
         raw = read_file(dir_fd, name, max_record_bytes)
-    except RecordTooLarge as exc:
-        return f"too large ({exc}); clients skip it"
-    except OSError as exc:
-        return f"cannot be read ({exc.strerror})"
+    except (OSError, RecordTooLarge) as exc:
+        return f"{unread_reason(exc)}; clients skip it"
     if raw is None:
         return "vanished or changed type while being read"
     try:
-        instance = instance_from_json(raw)
+        record_from(raw, kind, name)
     except ValidationError as exc:
         return str(exc)
-    if instance.kind is not kind:
-        return f"a {instance.kind.value} record does not belong in {kind.bucket}"
-    if record_name(instance.id()) != name:
-        return f"it holds the record {instance.id().to_path()!r}, which is not the one its name stands for"
     return None

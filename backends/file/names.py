@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 
 from discovery_sync.errors import ValidationError
 from discovery_sync.identity import DiscoveryInstanceId, RecordKind, id_from_path
+from discovery_sync.model import DiscoveryInstance, instance_from_json
 from discovery_sync.pathcodec import decode, encode_filename
 
 from .records import LEFTOVER_PREFIXES
@@ -46,6 +48,51 @@ def id_of_name(kind: RecordKind, name: str) -> DiscoveryInstanceId | None:
     except ValidationError:
         return None
     return instance_id if record_name(instance_id) == name else None
+
+
+def record_from(
+    raw: bytes, kind: RecordKind, name: str, *, known: DiscoveryInstanceId | None = None
+) -> DiscoveryInstance:
+    """The record stored as ``raw`` under ``name`` in a bucket of ``kind``; ValidationError when
+    the bytes are not a record of that kind, or name another identity than the file name (a copy
+    under another name, or a file planted to shadow another worker's record). ``known``: an
+    identity already checked against this name (its check is skipped)."""
+    instance = instance_from_json(raw)
+    if instance.kind is not kind:
+        raise ValidationError(f"a {instance.kind.value} record does not belong in {kind.bucket}")
+    instance_id = instance.id()
+    if instance_id != known and record_name(instance_id) != name:
+        raise ValidationError(
+            f"it holds the record {instance_id.to_path()!r}, whose file name is {record_name(instance_id)!r}; "
+            "a record is served only under its own name"
+        )
+    return instance
+
+
+def describe_entry(name: str, st: os.stat_result | None) -> str | None:
+    """What makes a directory entry foreign (None: it is a record or leftover candidate)."""
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        return _kind_of(st)
+    if name.startswith("."):
+        return None if is_leftover(name) else "a dot file that is not a leftover of a writer"
+    if not may_be_record(name):
+        return "not a record name (records are named by percent-encoding, letters, digits and %XX only)"
+    return None
+
+
+def _kind_of(st: os.stat_result) -> str:
+    mode = st.st_mode
+    for test, name in (
+        (stat.S_ISLNK, "a symlink"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
 
 
 def is_leftover(name: str) -> bool:

@@ -45,6 +45,13 @@ class RecordTooLarge(Exception):
         self.limit = limit
 
 
+def unread_reason(exc: Exception) -> str:
+    """Why a file was not read, for messages: too large, or the error reading it."""
+    if isinstance(exc, RecordTooLarge):
+        return f"too large: {exc}"
+    return f"cannot be read: {getattr(exc, 'strerror', None) or exc}"
+
+
 def _open(dir_fd: int | None, name: str) -> int | None:
     """A read-only descriptor of ``name``, or None when it is missing or cannot be a regular file
     (a symlink, socket, …); never blocks on the file. EACCES, EIO and the like are raised."""

@@ -20,19 +20,14 @@ from __future__ import annotations
 import logging
 import os
 import stat
-from dataclasses import dataclass, field
+
+from discovery_sync.discovery import CollectedGarbage
 
 from .names import id_of_name, printable
 from .records import remove_record, stat_regular
 from .view import BucketView, Entry
 
 log = logging.getLogger("discovery_sync.backends.file")
-
-
-@dataclass
-class SweepResult:
-    removed: list[str] = field(default_factory=list)  # store keys of removed records
-    not_removed: dict[str, str] = field(default_factory=dict)  # store key -> why it stays
 
 
 class Sweeper:
@@ -42,9 +37,9 @@ class Sweeper:
     def __init__(self) -> None:
         self._refused: dict[tuple[str, str], tuple[int, int]] = {}  # (bucket, name) -> (ino, mtime_ns)
 
-    def sweep(self, view: BucketView, owned: frozenset[str], *, retry: bool = False) -> SweepResult:
+    def sweep(self, view: BucketView, owned: frozenset[str], *, retry: bool = False) -> CollectedGarbage:
         """Remove the dead records and leftovers of ``view``; ``retry`` tries refused ones again."""
-        result = SweepResult()
+        result = CollectedGarbage()
         dead = view.dead(owned)
         if not dead:
             return result
@@ -54,7 +49,7 @@ class Sweeper:
         return result
 
     def _sweep_one(
-        self, view: BucketView, dir_fd: int, name: str, entry: Entry, result: SweepResult, retry: bool
+        self, view: BucketView, dir_fd: int, name: str, entry: Entry, result: CollectedGarbage, retry: bool
     ) -> None:
         leftover = name.startswith(".")
         instance_id = None if leftover else id_of_name(view.kind, name)
@@ -91,11 +86,11 @@ class Sweeper:
                 log.info(
                     "removed the leftover file %s/%s: unchanged for %.1f s", view.kind.bucket, name, view.dead_after
                 )
-            view.forget(name)
+            view.forget_leftover(name)
             return
         if removed:
             log.info("removed %s/%s: no heartbeat for %.1f s", view.kind.bucket, name, view.dead_after)
-            result.removed.append(key)
+            result.append(key)
         view.refresh_name(name)
 
 

@@ -37,12 +37,12 @@ from dataclasses import dataclass
 from discovery_sync.errors import ValidationError
 from discovery_sync.events import Added, DiscoveryEvent, Removed
 from discovery_sync.identity import RecordKind
-from discovery_sync.model import DiscoveryInstance, instance_from_json
+from discovery_sync.model import DiscoveryInstance
 from discovery_sync.reconcile import Change, apply
 
 from .directory import StoreDirectory, listing
-from .names import is_leftover, may_be_record, printable, record_name
-from .records import DEFAULT_MAX_RECORD_BYTES, RecordTooLarge, read_regular, stat_entry
+from .names import describe_entry, may_be_record, printable, record_from
+from .records import DEFAULT_MAX_RECORD_BYTES, RecordTooLarge, read_regular, stat_entry, unread_reason
 
 log = logging.getLogger("discovery_sync.backends.file")
 
@@ -224,20 +224,10 @@ class BucketView:
             return
         new_entry = Entry(*version, seen_at, content, old, read_at=now)
         self._entries[name] = new_entry
-        try:
-            instance = instance_from_json(raw)
-            if instance.kind is not self.kind:
-                raise ValidationError(f"a {instance.kind.value} record does not belong in {self.kind.bucket}")
+        try:  # the name was checked when the last valid identity was read under it
+            instance = record_from(raw, self.kind, name, known=old.id() if old is not None else None)
         except ValidationError as exc:
             new_entry.problem = str(exc)  # reported by warn_pending(), once it has settled
-            return
-        # the name was checked when this identity was first read under it
-        if (old is None or old.id() != instance.id()) and record_name(instance.id()) != name:
-            # a copy under another name, or a file planted to shadow another worker's record
-            new_entry.problem = (
-                f"it holds the record {instance.id().to_path()!r}, whose file name is {record_name(instance.id())!r}; "
-                "a record is served only under its own name"
-            )
             return
         valid, event, change = apply(old, instance)
         new_entry.valid = valid
@@ -257,10 +247,7 @@ class BucketView:
     ) -> None:
         """A file that could not be read: kept as an entry of this version (not read again until
         it changes, swept when dead, warned about once), with the last valid value of its name."""
-        if isinstance(exc, RecordTooLarge):
-            problem = f"too large: {exc}"
-        else:
-            problem = f"cannot be read: {getattr(exc, 'strerror', None) or exc}"
+        problem = unread_reason(exc)
         seen_at = entry.seen_at if entry is not None and entry.mtime_ns == st.st_mtime_ns else now
         if entry is not None and entry.problem == problem and (entry.ino, entry.size) == (st.st_ino, st.st_size):
             entry.mtime_ns, entry.seen_at = st.st_mtime_ns, seen_at  # a heartbeat: warned once is enough
@@ -333,8 +320,8 @@ class BucketView:
         with self.lock:
             return dict(self._foreign)
 
-    def forget(self, name: str) -> None:
-        """Drop what the view knows of a file it removed (a leftover, or a record that was not valid)."""
+    def forget_leftover(self, name: str) -> None:
+        """Drop what the view knows of a leftover file that was removed."""
         with self.lock:
             self._leftovers.pop(name, None)
 
@@ -368,32 +355,6 @@ class BucketView:
     def __len__(self) -> int:
         with self.lock:
             return len(self._entries)
-
-
-def _kind_of(st: os.stat_result) -> str:
-    mode = st.st_mode
-    for test, name in (
-        (stat.S_ISLNK, "a symlink"),
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-    ):
-        if test(mode):
-            return name
-    return "not a regular file"
-
-
-def describe_entry(name: str, st: os.stat_result | None) -> str | None:
-    """What makes a directory entry foreign (None: it is a record or leftover candidate)."""
-    if st is not None and not stat.S_ISREG(st.st_mode):
-        return _kind_of(st)
-    if name.startswith("."):
-        return None if is_leftover(name) else "a dot file that is not a leftover of a writer"
-    if not may_be_record(name):
-        return "not a record name (records are named by percent-encoding, letters, digits and %XX only)"
-    return None
 
 
 def _scan(dir_fd: int, name_prefix: str, known: dict[str, Entry], quick: bool, full: bool) -> _Scan:
