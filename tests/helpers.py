@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any
 
@@ -82,3 +83,33 @@ def race_conflicting_models(clients: list[ds.Discovery]) -> list[ds.Model]:
     winners = [o for o in outcomes if isinstance(o, ds.Model)]
     assert clients[0].list(ds.Query.models()) == winners
     return winners
+
+
+class LogCatcher(logging.Handler):
+    """Collects log messages (warnings and worse by default); ``wait_for`` blocks until a
+    matching one arrives."""
+
+    def __init__(self, level: int = logging.WARNING) -> None:
+        super().__init__(level)
+        self.messages: list[str] = []
+        self._changed = threading.Condition()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with self._changed:
+            self.messages.append(record.getMessage())
+            self._changed.notify_all()
+
+    def wait_for(self, text: str, timeout: float = 10.0) -> list[str]:
+        with self._changed:
+            self._changed.wait_for(lambda: any(text in m for m in self.messages), timeout)
+            return [m for m in self.messages if text in m]
+
+    def count(self, text: str, at_least: int, timeout: float = 10.0) -> int:
+        """How many warnings hold ``text``, once at least ``at_least`` do (or at the timeout)."""
+        with self._changed:
+            self._changed.wait_for(lambda: sum(text in m for m in self.messages) >= at_least, timeout)
+            return sum(text in m for m in self.messages)
+
+    def matching(self, text: str) -> list[str]:
+        with self._changed:
+            return [m for m in self.messages if text in m]

@@ -20,13 +20,13 @@ import logging
 import os
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 import discovery_sync as ds
+from tests.helpers import LogCatcher
 
 REPO = Path(__file__).resolve().parents[2]
 DROPPED = "-dac_override,-dac_read_search,-fowner"
@@ -83,26 +83,9 @@ def _event(event: ds.DiscoveryEvent) -> dict[str, Any]:
     return {"type": type(event).__name__}
 
 
-class _Messages(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.messages: list[str] = []
-        self.changed = threading.Condition()
-
-    def emit(self, record: logging.LogRecord) -> None:
-        with self.changed:
-            self.messages.append(record.getMessage())
-            self.changed.notify_all()
-
-    def wait_for(self, text: str, timeout: float) -> list[str]:
-        with self.changed:
-            self.changed.wait_for(lambda: any(text in m for m in self.messages), timeout)
-            return [m for m in self.messages if text in m]
-
-
 def main() -> None:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
-    messages = _Messages()
+    messages = LogCatcher(logging.INFO)
     logging.getLogger("discovery_sync").addHandler(messages)
     client = ds.connect(sys.argv[1])
     watch: ds.Watch | None = None
