@@ -9,9 +9,9 @@ import pytest
 import discovery_sync as ds
 from tests.helpers import assert_quiet, endpoint_spec, ids, initial_state, model_spec, next_event
 from tests.kube_fake import WORKER_METADATA
-from tests.unit.test_fixture import fixtures_dir
+from tests.unit.test_fixture import FIXTURES
 
-FIXTURE = fixtures_dir() / "legacy_v1_2_worker_metadata.json"
+FIXTURE = FIXTURES / "legacy_v1_2_worker_metadata.json"
 QUIET = 0.5
 
 

@@ -1,4 +1,4 @@
-"""The stored v1.2 Kubernetes document in ../shared/fixtures must still be readable (DESIGN §2)."""
+"""The stored v1.2 Kubernetes document in tests/fixtures must still be readable (DESIGN §2)."""
 
 from pathlib import Path
 
@@ -20,14 +20,11 @@ FIXTURE = "legacy_v1_2_worker_metadata.json"
 SECTIONS = {"endpoints": Endpoint, "model_cards": Model, "event_channels": EventChannel}
 
 
-def fixtures_dir() -> Path:
-    """``shared/fixtures`` next to the checkout, else the fixed location of this workspace."""
-    candidate = Path(__file__).resolve().parents[3] / "shared" / "fixtures"
-    return candidate if candidate.is_dir() else Path("/work/shared/fixtures")
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"  # where it comes from: tests/fixtures/README.md
 
 
 def fixture_data() -> dict:
-    return orjson.loads((fixtures_dir() / FIXTURE).read_bytes())["spec"]["data"]
+    return orjson.loads((FIXTURES / FIXTURE).read_bytes())["spec"]["data"]
 
 
 def section(name: str) -> list:
