@@ -34,7 +34,7 @@ import orjson
 
 from discovery_sync.errors import LockTimeout
 
-from .records import RecordTooLarge, read_file
+from .records import RecordTooLarge, read_file, stat_entry
 
 log = logging.getLogger("discovery_sync.backends.file")
 
@@ -99,11 +99,7 @@ def _read(marker: Path, dir_fd: int | None) -> bytes | None:
 
 
 def _exists(marker: Path, dir_fd: int | None) -> bool:
-    try:
-        os.stat(_where(marker, dir_fd), dir_fd=dir_fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return False
-    return True
+    return stat_entry(dir_fd, _where(marker, dir_fd)) is not None
 
 
 class SoftLocks:
