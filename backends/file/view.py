@@ -42,7 +42,7 @@ from discovery_sync.reconcile import Change, apply
 
 from .directory import StoreDirectory, listing
 from .names import describe_entry, may_be_record, printable, record_from
-from .records import DEFAULT_MAX_RECORD_BYTES, RecordTooLarge, read_regular, stat_entry, unread_reason
+from .records import DEFAULT_MAX_RECORD_BYTES, RecordTooLarge, read_regular, stat_entry, stat_regular, unread_reason
 
 log = logging.getLogger("discovery_sync.backends.file")
 
@@ -155,7 +155,9 @@ class BucketView:
                     for name in scan.unread:
                         self._update(dir_fd, name, None, gate)
                     for name in [n for n in self._entries if n.startswith(name_prefix) and n not in scan.found]:
-                        if gate is None or gate(name, None):
+                        # the listing was taken before the lock: a file a notification applied since
+                        # is missing from it, yet there
+                        if _gone(dir_fd, name) and (gate is None or gate(name, None)):
                             self._drop(name)
                 finally:
                     self._publish = saved
@@ -169,17 +171,17 @@ class BucketView:
         """
         if name.startswith(".") or not may_be_record(name):
             return
-        with self.directory.use() as dir_fd:
+        # read under the lock: a read applied after a scan that saw the file gone would bring it back
+        with self.directory.use() as dir_fd, self.lock:
             try:
                 found = read_regular(dir_fd, name, self.max_record_bytes)
             except (OSError, RecordTooLarge) as exc:
                 log.debug("cannot read %s/%s now (the next rescan judges it): %s", self.kind.bucket, name, exc)
                 return
-            with self.lock:
-                if found is None:
-                    self._drop(name)
-                else:
-                    self._update(dir_fd, name, found[0], raw=found[1])
+            if found is None:
+                self._drop(name)
+            else:
+                self._update(dir_fd, name, found[0], raw=found[1])
 
     def _update(
         self, dir_fd: int, name: str, st: os.stat_result | None, gate: Gate | None = None, raw: bytes | None = None
@@ -355,6 +357,14 @@ class BucketView:
     def __len__(self) -> int:
         with self.lock:
             return len(self._entries)
+
+
+def _gone(dir_fd: int, name: str) -> bool:
+    """No regular file under ``name`` now (opened, so a network mount asks its server)."""
+    try:
+        return stat_regular(dir_fd, name) is None
+    except OSError:  # there, though this reader may not open it
+        return False
 
 
 def _scan(dir_fd: int, name_prefix: str, known: dict[str, Entry], quick: bool, full: bool) -> _Scan:
