@@ -16,6 +16,7 @@ from discovery_sync.discovery import Discovery
 from discovery_sync.events import Removed
 from discovery_sync.identity import DiscoveryInstanceId, RecordKind
 from discovery_sync.model import DiscoveryInstance
+from discovery_sync.options import OptionSet, optional, uint64
 from discovery_sync.queries import Query
 from discovery_sync.reconcile import apply
 from discovery_sync.watch import WatchFeed
@@ -86,6 +87,7 @@ class MemoryDiscovery(Discovery):
     def __init__(self, registry: MemoryRegistry | None = None, *, instance_id: int | None = None) -> None:
         super().__init__()
         self.registry = registry if registry is not None else named_registry()
+        instance_id = OPTIONS.check("instance_id", instance_id)
         self._instance_id = instance_id if instance_id is not None else secrets.randbits(64)
         self._watches: list[WatchFeed] = []
 
@@ -124,6 +126,9 @@ class MemoryDiscovery(Discovery):
         self._watches.clear()
 
 
-def from_url(netloc: str, path: str, options: dict[str, str]) -> MemoryDiscovery:
-    """``memory://[NAME]``: a client of the named in-process registry."""
-    return MemoryDiscovery(named_registry(netloc or path.strip("/")))
+OPTIONS = OptionSet("memory", {"instance_id": optional(uint64)})
+
+
+def from_url(netloc: str, path: str, options: dict[str, Any]) -> MemoryDiscovery:
+    """``memory://[NAME][?instance_id=N]``: a client of the named in-process registry."""
+    return MemoryDiscovery(named_registry(netloc or path.strip("/")), **OPTIONS.parse(options))

@@ -50,13 +50,19 @@ def connect(url: str | None = None, **options: Any) -> Discovery:
         url = default_url()
     if not isinstance(url, str):
         raise ValidationError(f"url must be a string, got {type(url).__name__}")
-    parsed = urllib.parse.urlsplit(url)
+    try:
+        parsed = urllib.parse.urlsplit(url)
+        pairs = urllib.parse.parse_qsl(parsed.query, keep_blank_values=True)
+    except ValueError as exc:
+        raise ValidationError(f"discovery URL {url!r} cannot be parsed: {exc}") from None
+    if parsed.fragment:
+        raise ValidationError(
+            f"discovery URL {url!r} has a fragment ('#{parsed.fragment}'): write '#' in a path as %23"
+        )
     module_name = _SCHEMES.get(parsed.scheme)
     if module_name is None:
         raise ValidationError(f"unsupported discovery URL {url!r}: the scheme must be one of {', '.join(_SCHEMES)}")
-    query: dict[str, Any] = {}
-    for key, values in urllib.parse.parse_qs(parsed.query, keep_blank_values=True).items():
-        query[key] = values[-1]
+    query: dict[str, Any] = dict(pairs)  # a repeated parameter: the last one counts
     query.update(options)
     try:
         backend = importlib.import_module(module_name)
@@ -64,4 +70,6 @@ def connect(url: str | None = None, **options: Any) -> Discovery:
         if exc.name == module_name:
             raise ValidationError(f"the {parsed.scheme} backend is not available in this version") from None
         raise
-    return backend.from_url(parsed.netloc, urllib.parse.unquote(parsed.path), query)
+    # bytes that are not UTF-8 stay the bytes they encode (as os.fsdecode does), not U+FFFD
+    path = urllib.parse.unquote(parsed.path, errors="surrogateescape")
+    return backend.from_url(parsed.netloc, path, query)

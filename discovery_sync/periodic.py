@@ -1,20 +1,27 @@
 """A named daemon thread that runs one job at a fixed interval until stopped.
 
 It sleeps on an Event (no busy loop), can be woken early with :meth:`wake`, and never dies
-silently: an exception from the job goes to ``on_error``, which may return True to keep the
-thread running or False to end it (after logging).
+silently: an exception from the job goes to ``on_error``, which returns True to run the job
+again after the interval or False to end the thread; an exception of ``on_error`` itself ends
+it through :func:`discovery_sync.threads.report_crash` (logged, handed to ``on_crash``).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
+from typing import Any
+
+from .threads import start_thread
 
 log = logging.getLogger(__name__)
 
 
 class PeriodicThread:
+    """``job`` every ``interval`` seconds in a thread named ``name``; :meth:`health` tells how it goes."""
+
     def __init__(
         self,
         name: str,
@@ -22,6 +29,7 @@ class PeriodicThread:
         job: Callable[[], None],
         *,
         on_error: Callable[[BaseException], bool] | None = None,
+        on_crash: Callable[[BaseException], None] | None = None,
         run_first: bool = False,
     ) -> None:
         self.name = name
@@ -31,7 +39,10 @@ class PeriodicThread:
         self._run_first = run_first
         self._stop = threading.Event()
         self._wake = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.failures = 0  # in a row
+        self.last_error: str | None = None
+        self._last_success = time.monotonic()
+        self._thread = start_thread(name, self._run, on_crash, start=False)
 
     def start(self) -> None:
         self._thread.start()
@@ -49,6 +60,15 @@ class PeriodicThread:
     def is_alive(self) -> bool:
         return self._thread.is_alive()
 
+    def health(self) -> dict[str, Any]:
+        """Whether the thread runs, its failures in a row, the last one, and seconds since a success."""
+        return {
+            "alive": self.is_alive(),
+            "failures": self.failures,
+            "last_error": self.last_error,
+            "seconds_since_success": round(time.monotonic() - self._last_success, 3),
+        }
+
     def _run(self) -> None:
         if not self._run_first:
             self._wait()
@@ -56,10 +76,12 @@ class PeriodicThread:
             try:
                 self._job()
             except BaseException as exc:
-                keep_going = self._on_error(exc) if self._on_error else False
-                if not keep_going:
-                    log.exception("thread %s stopped after an error", self.name)
-                    return
+                self.failures += 1
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                if self._on_error is None or not self._on_error(exc):
+                    raise
+            else:
+                self.failures, self.last_error, self._last_success = 0, None, time.monotonic()
             self._wait()
 
     def _wait(self) -> None:

@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Iterator
 
 import pytest
 
 from tests.etcd_server import EtcdServer
+from tests.helpers import LogCatcher
 from tests.peer import Peer
 
 
@@ -27,3 +30,28 @@ def peers() -> Iterator[list[Peer]]:
     for peer in started:
         if peer.process.poll() is None:
             peer.kill()
+
+
+@pytest.fixture
+def escaped() -> Iterator[list[threading.ExceptHookArgs]]:
+    """Exceptions that ended a thread through ``threading.excepthook`` during the test (there
+    must be none: every thread of ours handles its own); the previous hook is restored after."""
+    caught: list[threading.ExceptHookArgs] = []
+    previous = threading.excepthook
+    threading.excepthook = caught.append
+    try:
+        yield caught
+    finally:
+        threading.excepthook = previous
+
+
+@pytest.fixture
+def thread_log() -> Iterator[LogCatcher]:
+    """Warnings and errors of every discovery_sync logger during the test."""
+    catcher = LogCatcher()
+    logger = logging.getLogger("discovery_sync")
+    logger.addHandler(catcher)
+    try:
+        yield catcher
+    finally:
+        logger.removeHandler(catcher)

@@ -76,3 +76,92 @@ def test_importing_the_package_pulls_in_no_backend_library():
     code = f"import sys, discovery_sync; print(sorted(m for m in {heavy} if m in sys.modules))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.stdout.strip() == "[]", result.stderr
+
+
+BAD_URLS = [
+    "file:///x%00y",
+    "file://{store}?instance_id=abc",
+    "file://{store}?instance_id=",
+    "file://{store}?instance_id=-1",
+    f"file://{{store}}?instance_id={2**70}",
+    "file://{store}#fragment",
+    "etcd://127.0.0.1:1?ttl=abc",
+    "etcd://127.0.0.1:1?watch_read_timeout=x",
+    "etcd://127.0.0.1:1?watch_read_timeout=0",
+    "etcd://[::1",
+    "etcd://127.0.0.1:99999",
+    "etcd://127.0.0.1:1?colour=blue",
+    "memory://?colour=blue",
+    "memory://?instance_id=-1",
+    "kube://?ready_timeout=nan",
+    "kube://?consistent_reads=maybe",
+    *(
+        f"file://{{store}}?{option}={value}"
+        for option in ("rescan_interval", "poll_interval")
+        for value in ("nan", "0", "-1", "inf", "1e300")
+    ),
+    "file://{store}?lock_timeout=nan",
+    "file://{store}?lock_stale=inf",
+    "file://{store}?max_record_bytes=1.5",
+]
+
+
+@pytest.mark.parametrize("url", BAD_URLS)
+def test_every_bad_url_is_a_validation_error_naming_what_is_wrong(url, clean_env, tmp_path):
+    store = tmp_path / "store"
+    with pytest.raises(ds.ValidationError) as caught:
+        ds.connect(url.replace("{store}", str(store)))
+    message = str(caught.value)
+    assert "not valid" in message or "unknown" in message or "cannot be parsed" in message or "fragment" in message
+    assert not store.exists()  # refused before anything is created
+
+
+def test_unknown_options_list_the_valid_ones(clean_env, tmp_path):
+    with pytest.raises(ds.ValidationError, match="watch_read_timeout"):
+        ds.connect("etcd://127.0.0.1:1?colour=blue")
+    with pytest.raises(ds.ValidationError, match="the valid ones are cache_window, instance_id, lock, lock_stale"):
+        ds.connect(f"file://{tmp_path}", colour="blue")
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("ETCD_STARTUP_CONNECT_TIMEOUT_SECONDS", "abc"),
+        ("ETCD_LEASE_TTL", "abc"),
+        ("ETCD_LEASE_TTL", "-3"),
+        ("ETCD_ENDPOINTS", "http://[::1"),
+        ("ETCD_ENDPOINTS", ","),
+    ],
+)
+def test_bad_etcd_environment_is_a_validation_error_naming_the_variable(variable, value, clean_env):
+    clean_env.setenv(variable, value)
+    with pytest.raises(ds.ValidationError, match=variable):
+        ds.connect("etcd://" if variable == "ETCD_ENDPOINTS" else "etcd://127.0.0.1:1")
+
+
+def test_bad_file_environment_is_a_validation_error_naming_the_variable(clean_env, tmp_path):
+    for variable, value in (
+        ("DYN_FILE_KV_TTL_SECS", "nan"),
+        ("DYN_FILE_KV_TTL_SECS", "0"),
+        ("DYN_FILE_KV_TTL_SECS", "x"),
+    ):
+        with clean_env.context() as env:
+            env.setenv("DYN_FILE_KV", str(tmp_path))
+            env.setenv(variable, value)
+            with pytest.raises(ds.ValidationError, match=variable):
+                ds.connect("file://")
+
+
+def test_keyword_arguments_and_constructors_get_the_same_checks(tmp_path):
+    from discovery_sync.backends.file import FileDiscovery
+    from discovery_sync.backends.memory import MemoryDiscovery
+
+    for bad in ({"rescan_interval": float("nan")}, {"ttl": 0}, {"poll_interval": float("inf")}, {"lock": "maybe"}):
+        with pytest.raises(ds.ValidationError, match="not valid"):
+            ds.connect(f"file://{tmp_path}", **bad)
+        with pytest.raises(ds.ValidationError, match="not valid"):
+            FileDiscovery(tmp_path, **bad)
+    with pytest.raises(ds.ValidationError, match="instance_id"):
+        MemoryDiscovery(instance_id=2**64)
+    with ds.connect(f"file://{tmp_path}", instance_id="0x10", rescan_interval="0.5") as client:
+        assert (client.instance_id, client.rescan_interval) == (16, 0.5)

@@ -1,7 +1,7 @@
 """etcd backend: ``etcd://host:port[,host:port][/prefix]`` (see :class:`EtcdDiscovery`).
 
 Without hosts in the URL the reference's variables apply: ``ETCD_ENDPOINTS`` (default
-``http://localhost:2379``), ``ETCD_LEASE_TTL`` (default 10; 0 or unparsable → 10),
+``http://localhost:2379``), ``ETCD_LEASE_TTL`` (default 10; 0 → 10; not a number: ValidationError),
 ``ETCD_AUTH_USERNAME``/``ETCD_AUTH_PASSWORD``, ``ETCD_AUTH_CA``, ``ETCD_AUTH_CLIENT_CERT``,
 ``ETCD_AUTH_CLIENT_KEY`` (PEM text or a path) and ``ETCD_STARTUP_CONNECT_TIMEOUT_SECONDS``.
 """
@@ -12,21 +12,10 @@ import os
 import tempfile
 from typing import Any
 
-from discovery_sync.errors import ValidationError
-
 from .backend import EtcdDiscovery
+from .options import DEFAULT_ENDPOINTS, OPTIONS, endpoints, env_startup_timeout, env_ttl
 
 __all__ = ["EtcdDiscovery", "from_url"]
-
-DEFAULT_ENDPOINTS = "http://localhost:2379"
-
-
-def _env_ttl() -> int:
-    try:
-        ttl = int(os.environ.get("ETCD_LEASE_TTL", "10"))
-    except ValueError:
-        return 10
-    return ttl if ttl > 0 else 10
 
 
 def _pem_path(value: str) -> str:
@@ -39,19 +28,16 @@ def _pem_path(value: str) -> str:
     return handle.name
 
 
-def _endpoints(hosts: str) -> list[str]:
-    endpoints = []
-    for host in hosts.split(","):
-        host = host.strip()
-        if host:
-            endpoints.append(host if "://" in host else f"http://{host}")
-    return endpoints
-
-
 def from_url(netloc: str, path: str, options: dict[str, Any]) -> EtcdDiscovery:
+    """``etcd://host:port[,host:port][/prefix][?options]`` (see :mod:`.options`); without hosts,
+    ``ETCD_ENDPOINTS``; the environment's settings, then the URL's options, then keyword arguments."""
     env = os.environ
-    endpoints = _endpoints(netloc or env.get("ETCD_ENDPOINTS", "") or DEFAULT_ENDPOINTS)
-    settings: dict[str, Any] = {"prefix": path.strip("/"), "ttl": _env_ttl()}
+    if netloc:
+        hosts = endpoints(netloc, "the etcd URL")
+    else:
+        hosts = endpoints(env.get("ETCD_ENDPOINTS", "").strip() or DEFAULT_ENDPOINTS, "ETCD_ENDPOINTS")
+    settings: dict[str, Any] = {"ttl": env_ttl(), "startup_timeout": env_startup_timeout()}
+    settings["prefix"] = OPTIONS.check("prefix", path.strip("/"))
     if env.get("ETCD_AUTH_USERNAME"):
         settings["username"] = env["ETCD_AUTH_USERNAME"]
         settings["password"] = env.get("ETCD_AUTH_PASSWORD", "")
@@ -59,17 +45,7 @@ def from_url(netloc: str, path: str, options: dict[str, Any]) -> EtcdDiscovery:
         settings["verify"] = _pem_path(env["ETCD_AUTH_CA"])
     if env.get("ETCD_AUTH_CLIENT_CERT") and env.get("ETCD_AUTH_CLIENT_KEY"):
         settings["cert"] = (_pem_path(env["ETCD_AUTH_CLIENT_CERT"]), _pem_path(env["ETCD_AUTH_CLIENT_KEY"]))
-    if env.get("ETCD_STARTUP_CONNECT_TIMEOUT_SECONDS"):
-        settings["startup_timeout"] = float(env["ETCD_STARTUP_CONNECT_TIMEOUT_SECONDS"])
-    for key, value in options.items():
-        if key in ("ttl",):
-            settings[key] = int(value)
-        elif key in ("startup_timeout", "watch_read_timeout"):
-            settings[key] = float(value)
-        elif key in ("username", "password", "prefix"):
-            settings[key] = value
-        else:
-            raise ValidationError(f"unknown etcd option {key!r}: use ttl, prefix, username, password, startup_timeout")
-    if any(e.startswith("https://") for e in endpoints) is False and "cert" in settings:
-        endpoints = [e.replace("http://", "https://", 1) for e in endpoints]
-    return EtcdDiscovery(endpoints, **settings)
+    settings.update(OPTIONS.parse(options))
+    if not any(e.startswith("https://") for e in hosts) and "cert" in settings:
+        hosts = [e.replace("http://", "https://", 1) for e in hosts]
+    return EtcdDiscovery(hosts, **settings)

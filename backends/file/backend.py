@@ -35,6 +35,7 @@ from discovery_sync.identity import DiscoveryInstanceId, RecordKind
 from discovery_sync.model import DiscoveryInstance, instance_to_json
 from discovery_sync.periodic import PeriodicThread
 from discovery_sync.queries import Query
+from discovery_sync.threads import log_retry
 from discovery_sync.watch import WatchFeed
 
 from .directory import StoreDirectory, SymlinkRefused, listing
@@ -44,7 +45,8 @@ from .locks import StoreLocks
 from .mounts import choose_modes, mount_of, store_cache_window
 from .names import describe_entry, record_from
 from .notify import DirectoryNotifier
-from .permissions import PERMISSION_POLICIES, unsafe
+from .options import DEFAULT_TTL, OPTIONS, store_path
+from .permissions import unsafe
 from .records import (
     DEFAULT_MAX_RECORD_BYTES,
     REFERENCE_TTL,
@@ -63,7 +65,6 @@ from .view import BucketView, Content
 
 log = logging.getLogger("discovery_sync.backends.file")
 
-DEFAULT_TTL = 10.0
 MAX_CONSECUTIVE_SCAN_ERRORS = 3
 MAX_REMEMBERED_REMOVALS = 10_000
 NOTICE_GRACE = 1.0  # seconds a notification may lag a rescan before the change counts as missed
@@ -113,36 +114,35 @@ class FileDiscovery(Discovery):
         instance_id: int | None = None,
     ) -> None:
         super().__init__()
-        if not ttl > 0:
-            raise ValidationError(f"ttl must be a positive number of seconds, got {ttl!r}")
-        if cache_window is not None and not cache_window >= 0:
-            raise ValidationError(f"cache_window must be a number of seconds >= 0, got {cache_window!r}")
-        if isinstance(max_record_bytes, bool) or not isinstance(max_record_bytes, int) or max_record_bytes < 1024:
-            raise ValidationError(f"max_record_bytes must be a whole number of bytes >= 1024, got {max_record_bytes!r}")
-        if permissions not in PERMISSION_POLICIES:
-            raise ValidationError(
-                f"permissions={permissions!r} is not valid: use one of {', '.join(PERMISSION_POLICIES)}"
-            )
-        self.layout = StoreLayout(root)
-        self.ttl = float(ttl)
-        self.max_record_bytes = max_record_bytes
+        given = {
+            "ttl": ttl, "observer": observer, "lock": lock, "rescan_interval": rescan_interval,
+            "poll_interval": poll_interval, "lock_timeout": lock_timeout, "lock_stale": lock_stale,
+            "cache_window": cache_window, "max_record_bytes": max_record_bytes, "permissions": permissions,
+            "instance_id": instance_id,
+        }  # fmt: skip
+        option = OPTIONS.parse(given)  # the same checks whether the values came from a URL or not
+        self.layout = StoreLayout(store_path(root))
+        self.ttl = option["ttl"]
+        self.max_record_bytes = option["max_record_bytes"]
         self.heartbeat_interval = max(min(self.ttl, REFERENCE_TTL) / 3, 0.25)
-        self.rescan_interval = rescan_interval if rescan_interval is not None else min(2.0, self.ttl / 3)
-        self._instance_id = instance_id if instance_id is not None else secrets.randbits(64)
+        self.rescan_interval = option["rescan_interval"] or min(2.0, self.ttl / 3)
+        self._instance_id = option["instance_id"] if option["instance_id"] is not None else secrets.randbits(64)
         mount = mount_of(self.layout.root)
-        observer, lock = choose_modes(self.layout.root, observer, lock, mount)
-        self.cache_window = store_cache_window(mount, cache_window)
+        observer, lock = choose_modes(self.layout.root, option["observer"], option["lock"], mount)
+        self.cache_window = store_cache_window(mount, option["cache_window"])
         # a heartbeat may reach this host's view a cache window late
         self.dead_after = self.ttl + self.cache_window
+        lock_timeout, lock_stale = option["lock_timeout"], option["lock_stale"]
         if lock_timeout is None:
             lock_timeout = 3 * lock_stale if lock == "soft" else 10.0
         self._locks = StoreLocks(lock, lock_timeout, lock_stale)
+        poll_interval = option["poll_interval"]
         self._notifier = DirectoryNotifier(observer, poll_interval)
         self._poll_interval = poll_interval
         self._notice_grace = notice_grace(observer, poll_interval)
         self._buckets = {kind: StoreDirectory(self.layout.root, kind.bucket) for kind in RecordKind}
         self._lock_dir = StoreDirectory(self.layout.root, LOCK_DIRNAME)
-        self._open_directories(permissions)
+        self._open_directories(option["permissions"])
         self._feeds = FeedSet()
         self._views = {
             kind: BucketView(
@@ -170,10 +170,18 @@ class FileDiscovery(Discovery):
         # name -> (content, when first found)
         self._suspects: dict[RecordKind, dict[str, tuple[Content | None, float]]] = {kind: {} for kind in RecordKind}
         self._heartbeat = PeriodicThread(
-            "discovery-sync-file-heartbeat", self.heartbeat_interval, self._beat, on_error=self._heartbeat_error
+            "discovery-sync-file-heartbeat",
+            self.heartbeat_interval,
+            self._beat,
+            on_error=self._heartbeat_error,
+            on_crash=self._thread_crashed,
         )
         self._rescanner = PeriodicThread(
-            "discovery-sync-file-rescan", self.rescan_interval, self.rescan, on_error=self._rescan_error
+            "discovery-sync-file-rescan",
+            self.rescan_interval,
+            self.rescan,
+            on_error=self._rescan_error,
+            on_crash=self._thread_crashed,
         )
         self._heartbeat.start()
         self._rescanner.start()
@@ -326,6 +334,22 @@ class FileDiscovery(Discovery):
             feed.start(view.valid(prefix, skip=self._owned_names(feed.query.kind)))
             self._feeds.add(feed)
 
+    def status(self) -> dict[str, Any]:
+        """This client's store, records and the health of its threads. ``connected`` is False
+        while the last heartbeat or rescan failed (each retries every interval)."""
+        heartbeat, rescan = self._heartbeat.health(), self._rescanner.health()
+        return {
+            "root": str(self.layout.root),
+            "instance_id": self.instance_id,
+            "records": len(self._owned),
+            "observer": self._notifier.kind,
+            "observer_alive": self._notifier.is_alive() if self._notifier.started else None,
+            "lock": self._locks.mode,
+            "heartbeat": heartbeat,
+            "rescan": rescan,
+            "connected": not heartbeat["failures"] and not rescan["failures"],
+        }
+
     def _probe(self) -> None:
         for directory in self._buckets.values():
             try:
@@ -426,8 +450,14 @@ class FileDiscovery(Discovery):
                 )
 
     def _heartbeat_error(self, exc: BaseException) -> bool:
-        log.error("heartbeat of the file store at %s failed: %s", self.layout.root, exc)
-        return isinstance(exc, (OSError, DiscoveryError))
+        # retried every interval: a record outlives a few failed beats (ttl = 3 intervals at least)
+        log_retry(f"the heartbeat of the file store at {self.layout.root}", exc, self.heartbeat_interval)
+        return isinstance(exc, Exception)
+
+    def _thread_crashed(self, exc: BaseException) -> None:
+        """A heartbeat or rescan thread ended (only a BaseException such as SystemExit ends one):
+        no watch of this client can be trusted any longer."""
+        self._feeds.fail(exc, None)
 
     # -- rescan -----------------------------------------------------------------------------------------
     def rescan(self) -> None:
@@ -516,8 +546,10 @@ class FileDiscovery(Discovery):
 
     def _rescan_error(self, exc: BaseException) -> bool:
         # the observer could not be restarted, or a bug: every watch is concerned
+        if not isinstance(exc, OSError | DiscoveryError):
+            log.error("thread %s: rescan failed unexpectedly", threading.current_thread().name, exc_info=exc)
         self._scan_failed(exc, None)
-        return True
+        return isinstance(exc, Exception)
 
     def _scan_failed(self, exc: BaseException, kind: RecordKind | None) -> None:
         """A rescan of ``kind``'s bucket (None: of the whole store) failed. Transient errors are

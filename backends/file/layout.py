@@ -14,6 +14,7 @@ from pathlib import Path
 
 from discovery_sync.errors import ValidationError
 from discovery_sync.identity import DiscoveryInstanceId, RecordKind
+from discovery_sync.options import path
 from discovery_sync.pathcodec import encode_filename
 from discovery_sync.queries import Query
 
@@ -26,7 +27,7 @@ DEFAULT_DIRNAME = "dynamo_store_kv"
 def default_root() -> Path:
     """``DYN_FILE_KV``, else ``{tempdir}/dynamo_store_kv`` (where reference workers meet by default)."""
     configured = os.environ.get("DYN_FILE_KV", "").strip()
-    return Path(configured) if configured else Path(tempfile.gettempdir()) / DEFAULT_DIRNAME
+    return Path(path(configured, "DYN_FILE_KV")) if configured else Path(tempfile.gettempdir()) / DEFAULT_DIRNAME
 
 
 LOCK_DIRNAME = ".locks"

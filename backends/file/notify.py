@@ -26,6 +26,7 @@ from watchdog.events import (
 from watchdog.observers.api import BaseObserver
 
 from discovery_sync.errors import ValidationError
+from discovery_sync.threads import guarded
 
 log = logging.getLogger("discovery_sync.backends.file")
 
@@ -46,6 +47,13 @@ class _BucketHandler(FileSystemEventHandler):
                         self._on_name(name)
         except Exception as exc:  # never let an error kill watchdog's dispatch thread silently
             self._on_error(exc)
+
+
+def _guard(thread: threading.Thread, on_crash: Callable[[BaseException], None]) -> None:
+    """Make an exception ending one of watchdog's threads (not started yet) take our one path
+    (:mod:`discovery_sync.threads`): logged with the thread's name, then ``on_crash``, which makes
+    the next rescan restart the observer. Only this object is wrapped, not watchdog's classes."""
+    thread.run = guarded(thread.run, on_crash)  # type: ignore[method-assign]
 
 
 class DirectoryNotifier:
@@ -73,6 +81,10 @@ class DirectoryNotifier:
             observer.schedule(_BucketHandler(on_name, on_error), str(directory), recursive=False, event_filter=wanted)
         observer.name = f"discovery-sync-file-{self.kind}"
         observer.daemon = True
+        for index, emitter in enumerate(observer.emitters):  # created by schedule(), started by start()
+            emitter.name = f"discovery-sync-file-{self.kind}-emitter-{index}"
+            _guard(emitter, on_error)
+        _guard(observer, on_error)
         # watchdog's inotify observer starts a reader thread of its own when it is created
         reader = getattr(observer, "_inotify_fd", None)
         if isinstance(reader, threading.Thread):
@@ -82,8 +94,6 @@ class DirectoryNotifier:
         except BaseException:
             observer.stop()  # also stops that reader thread
             raise
-        for index, emitter in enumerate(observer.emitters):
-            emitter.name = f"discovery-sync-file-{self.kind}-emitter-{index}"
         self._observer = observer
 
     def _make_observer(self) -> BaseObserver:

@@ -33,6 +33,7 @@ from pathlib import Path
 import orjson
 
 from discovery_sync.errors import LockTimeout
+from discovery_sync.threads import log_retry, start_thread
 
 from .records import RecordTooLarge, read_file, stat_entry
 
@@ -245,8 +246,7 @@ class SoftLocks:
         with self._wake:
             self._held[held.token] = held
             if self._refresher is None and not self._closed:
-                self._refresher = threading.Thread(target=self._refresh_loop, name=REFRESHER_THREAD, daemon=True)
-                self._refresher.start()
+                self._refresher = start_thread(REFRESHER_THREAD, self._refresh_loop, self._refresher_died)
 
     def _refresh_loop(self) -> None:
         interval = self.stale_after / 4
@@ -255,8 +255,12 @@ class SoftLocks:
                 for held in list(self._held.values()):
                     try:
                         self._refresh(held)
-                    except Exception:  # the next round tries again; a waiter may break it meanwhile
-                        log.exception("could not refresh the soft lock %s", held.marker)
+                    except Exception as exc:  # the next round tries again; a waiter may break it meanwhile
+                        log_retry(f"refreshing the soft lock {held.marker}", exc, interval)
+
+    def _refresher_died(self, exc: BaseException) -> None:
+        # markers no longer refreshed are broken by waiters after stale_after: say so once more
+        log.error("soft locks held by this process are no longer refreshed and may be broken by other hosts")
 
     def _refresh(self, held: _Held) -> None:
         """Rewrite a held marker (the caller holds ``_held_lock``, so release() cannot interleave)."""

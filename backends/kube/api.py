@@ -84,7 +84,7 @@ def make_api_client(kubeconfig: str | os.PathLike[str] | None = None) -> client.
     if kubeconfig is not None:
         try:
             return config.new_client_from_config(config_file=os.fspath(kubeconfig))
-        except (ConfigException, OSError) as exc:
+        except Exception as exc:  # the client library raises what its YAML parser raises for junk
             raise BackendUnavailable(f"cannot load the kubeconfig {os.fspath(kubeconfig)}: {exc}") from exc
     configuration = client.Configuration()
     try:
@@ -94,7 +94,7 @@ def make_api_client(kubeconfig: str | os.PathLike[str] | None = None) -> client.
         pass
     try:  # KUBECONFIG read now: the client library reads it once, when it is imported
         return config.new_client_from_config(config_file=os.environ.get("KUBECONFIG") or "~/.kube/config")
-    except (ConfigException, OSError) as exc:
+    except Exception as exc:
         raise BackendUnavailable(
             "no Kubernetes configuration: not running in a pod (no service account) and no usable kubeconfig "
             f"(KUBECONFIG or ~/.kube/config; or pass kubeconfig=...): {exc}"

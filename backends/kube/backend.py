@@ -38,6 +38,7 @@ from .api import TRANSPORT_ERRORS, KubeApi, explain
 from .daemon import KubeDaemon, State
 from .identity import PodIdentity, check_publisher_id
 from .metadata import worker_metadata_body
+from .options import OPTIONS
 from .view import parse_rv
 
 log = logging.getLogger("discovery_sync.backends.kube")
@@ -77,10 +78,10 @@ class KubeDiscovery(Discovery):
         super().__init__()
         self.identity = identity
         self.api = api
-        self.ready_timeout = ready_timeout
-        self.write_timeout = write_timeout
-        self.sync_timeout = sync_timeout
-        self.consistent_reads = consistent_reads
+        self.ready_timeout = OPTIONS.check("ready_timeout", ready_timeout)
+        self.write_timeout = OPTIONS.check("write_timeout", write_timeout)
+        self.sync_timeout = OPTIONS.check("sync_timeout", sync_timeout)
+        self.consistent_reads = OPTIONS.check("consistent_reads", consistent_reads)
         self._metadata_lock = threading.Lock()
         self._local: dict[DiscoveryInstanceId, DiscoveryInstance] = {}
         self._first_seen: dict[DiscoveryInstanceId, int | None] = {}

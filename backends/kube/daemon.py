@@ -36,6 +36,7 @@ from discovery_sync.identity import DiscoveryInstanceId
 from discovery_sync.model import DiscoveryInstance
 from discovery_sync.queries import Query
 from discovery_sync.reconcile import apply
+from discovery_sync.threads import start_thread
 from discovery_sync.watch import WatchFeed
 
 from .api import TRANSPORT_ERRORS, KubeApi, Resource, explain
@@ -116,7 +117,7 @@ class KubeDaemon:
         self.resyncs = 0
         self._stale_warned = False
         self._streams = [ResourceStream(api, cache.resource, self._queue.put) for cache in self._caches.values()]
-        self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
+        self._thread = start_thread(THREAD_NAME, self._run, self._fail, start=False)
 
     # -- lifecycle ----------------------------------------------------------------------------------
     def start(self) -> None:
@@ -364,7 +365,12 @@ class KubeDaemon:
     def _fail(self, exc: BaseException) -> None:
         reason = str(exc) if isinstance(exc, BackendUnavailable) else f"{type(exc).__name__}: {exc}"
         if not isinstance(exc, BackendUnavailable):
-            log.error("the Kubernetes discovery daemon failed", exc_info=exc)
+            log.error(
+                "thread %s: the Kubernetes discovery daemon failed: %r",
+                threading.current_thread().name,
+                exc,
+                exc_info=exc,
+            )
         else:
             log.error("Kubernetes discovery failed: %s", reason)
         with self._changed:

@@ -19,6 +19,8 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from discovery_sync.threads import start_thread
+
 from .api import TRANSPORT_ERRORS, Gone, KubeApi, Resource, abort, explain
 
 log = logging.getLogger("discovery_sync.backends.kube")
@@ -89,8 +91,8 @@ class ResourceStream:
         self._post = post
         self._stop = threading.Event()
         self._response: Any = None
-        self._thread = threading.Thread(
-            target=self._run, name=f"discovery-sync-kube-watch-{resource.plural}", daemon=True
+        self._thread = start_thread(
+            f"discovery-sync-kube-watch-{resource.plural}", self._loop, self._crashed, start=False
         )
 
     def start(self) -> None:
@@ -106,13 +108,10 @@ class ResourceStream:
     def is_alive(self) -> bool:
         return self._thread.is_alive()
 
-    def _run(self) -> None:
-        try:
-            self._loop()
-        except BaseException as exc:  # a bug: the daemon must hear of it
-            if not self._stop.is_set():
-                log.exception("the watch of %s failed", self.resource.plural)
-                self._post(Crashed(self.resource.plural, exc))
+    def _crashed(self, exc: BaseException) -> None:
+        """An unexpected error ended the thread (already logged): the daemon must hear of it."""
+        if not self._stop.is_set():
+            self._post(Crashed(self.resource.plural, exc))
 
     def _loop(self) -> None:
         plural = self.resource.plural

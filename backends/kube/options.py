@@ -1,0 +1,29 @@
+"""The options of ``kube://`` URLs and of ``KubeDiscovery``'s keyword arguments.
+
+Identity options override the Downward-API files and the environment (see :mod:`.identity`).
+"""
+
+from __future__ import annotations
+
+from discovery_sync.options import OptionSet, boolean, choice, duration, path, text
+
+from .identity import MODES
+
+IDENTITY_OPTIONS = ("pod_name", "pod_uid", "namespace", "container_name", "mode")
+timeout = duration(0.0, exclusive_minimum=True)
+OPTIONS = OptionSet(
+    "kube",
+    {
+        "pod_name": text,
+        "pod_uid": text,
+        "namespace": text,
+        "container_name": text,
+        "mode": choice(*MODES),
+        "podinfo_dir": path,
+        "kubeconfig": path,
+        "ready_timeout": timeout,
+        "write_timeout": timeout,
+        "sync_timeout": timeout,
+        "consistent_reads": boolean,
+    },
+)

@@ -1,0 +1,92 @@
+"""The option parsers every backend shares: what each accepts, and the message for what it does not."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import discovery_sync as ds
+from discovery_sync.options import (
+    MAX_SECONDS,
+    OptionSet,
+    boolean,
+    choice,
+    duration,
+    integer,
+    optional,
+    path,
+    text,
+    uint64,
+)
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"), [("2.5", 2.5), (" 3 ", 3.0), (4, 4.0), (0.05, 0.05), (str(MAX_SECONDS), MAX_SECONDS)]
+)
+def test_duration_accepts_finite_seconds_in_range(given, expected):
+    assert duration(0.05)(given, "x") == expected
+
+
+@pytest.mark.parametrize("given", ["nan", "inf", "-inf", "1e300", "0", "-1", "0.01", "x", "", True, None, [], math.inf])
+def test_duration_refuses_everything_else_naming_option_value_and_range(given):
+    with pytest.raises(ds.ValidationError) as caught:
+        duration(0.05)(given, "file store option rescan_interval")
+    message = str(caught.value)
+    assert message.startswith(f"file store option rescan_interval={given!r} is not valid")
+    assert "at least 0.05 and at most 604800" in message
+
+
+def test_exclusive_minimum():
+    assert duration(0.0, exclusive_minimum=True)("0.001", "x") == 0.001
+    with pytest.raises(ds.ValidationError, match="more than 0"):
+        duration(0.0, exclusive_minimum=True)("0", "x")
+
+
+@pytest.mark.parametrize(("given", "expected"), [("7", 7), (7, 7), (7.0, 7), ("+7", 7), (" 1024 ", 1024)])
+def test_integer_accepts_whole_numbers(given, expected):
+    assert integer(1, 2000)(given, "x") == expected
+
+
+@pytest.mark.parametrize("given", ["7.5", 7.5, "0x10", "", "abc", True, 0, 2001, "-1", None, "1e3"])
+def test_integer_refuses_fractions_text_bools_and_out_of_range(given):
+    with pytest.raises(ds.ValidationError, match="a whole number of bytes between 1 and 2000"):
+        integer(1, 2000, "bytes")(given, "x")
+
+
+@pytest.mark.parametrize(("given", "expected"), [("0", 0), ("0x1f", 31), ("0X1F", 31), (2**64 - 1, 2**64 - 1)])
+def test_uint64_accepts_decimal_and_hex(given, expected):
+    assert uint64(given, "instance_id") == expected
+
+
+@pytest.mark.parametrize("given", ["", "abc", "-1", -1, 2**64, str(2**70), "0x", "0xg", "1.0", 1.0, True, None])
+def test_uint64_refuses_everything_outside_0_to_2_64(given):
+    with pytest.raises(ds.ValidationError, match="between 0 and 18446744073709551615"):
+        uint64(given, "instance_id")
+
+
+def test_boolean_choice_text_and_path():
+    assert [boolean(v, "b") for v in ("TRUE", "on", "1", True, "no", "Off", "0", False)] == [True] * 4 + [False] * 4
+    for bad in ("maybe", "", 1, None):
+        with pytest.raises(ds.ValidationError, match="true or false"):
+            boolean(bad, "b")
+    assert choice("a", "b")("b", "c") == "b"
+    with pytest.raises(ds.ValidationError, match="use one of a, b"):
+        choice("a", "b")("A", "c")
+    assert text("", "t") == ""
+    for bad in ("a\0b", 5, b"x"):
+        with pytest.raises(ds.ValidationError):
+            text(bad, "t")
+    for bad in ("", "a\0b", b"/tmp", 5):
+        with pytest.raises(ds.ValidationError, match="non-empty path"):
+            path(bad, "p")
+    assert optional(boolean)(None, "b") is None
+
+
+def test_an_option_set_lists_the_valid_options_for_an_unknown_one():
+    options = OptionSet("demo", {"ttl": duration(1.0), "lock": choice("hard", "soft")})
+    assert options.parse({"ttl": "2", "lock": "soft"}) == {"ttl": 2.0, "lock": "soft"}
+    with pytest.raises(ds.ValidationError, match="unknown demo options 'colour', 'size': the valid ones are lock, ttl"):
+        options.parse({"colour": "blue", "size": 1, "ttl": 2})
+    with pytest.raises(ds.ValidationError, match="demo option ttl='0' is not valid"):
+        options.parse({"ttl": "0"})
