@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -61,6 +62,20 @@ def duration(minimum: float = 0.0, maximum: float = MAX_SECONDS, *, exclusive_mi
         return seconds
 
     return parse
+
+
+def wait_timeout(value: Any, label: str) -> float | None:
+    """How long a blocking call may wait: None or infinity (or more than threading can wait)
+    means without limit, a negative number means not at all; NaN and non-numbers are refused."""
+    if value is None:
+        return None
+    accepted = "a number of seconds, or None to wait without limit"
+    seconds = _number(value, label, accepted)
+    if isinstance(value, str) or math.isnan(seconds):
+        raise _bad(label, value, accepted)
+    if seconds >= threading.TIMEOUT_MAX:
+        return None
+    return max(seconds, 0.0)
 
 
 def integer(minimum: int, maximum: int, unit: str = "") -> Parser[int]:

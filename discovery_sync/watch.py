@@ -22,6 +22,7 @@ from .errors import DiscoveryError, WatchClosed, WatchFailed
 from .events import Added, DiscoveryEvent, ModelTaintsUpdated, Removed, Resync
 from .identity import DiscoveryInstanceId
 from .model import DiscoveryInstance
+from .options import wait_timeout
 from .queries import Query
 from .reconcile import diff, ordered
 
@@ -266,7 +267,8 @@ class Watch:
         return self._feed.closed
 
     def get(self, timeout: float | None = None) -> DiscoveryEvent:
-        """The next event; block at most ``timeout`` seconds (None: until one arrives)."""
+        """The next event; block at most ``timeout`` seconds (None or infinity: until one arrives)."""
+        timeout = wait_timeout(timeout, "timeout")
         deadline = None if timeout is None else time.monotonic() + timeout
         event = self._feed._take(deadline)
         self._feed._after_take()
@@ -274,6 +276,7 @@ class Watch:
 
     def events(self, idle_timeout: float | None = None) -> Iterator[DiscoveryEvent]:
         """Iterate over events; stop when the watch closes or ``idle_timeout`` passes without one."""
+        idle_timeout = wait_timeout(idle_timeout, "idle_timeout")
         while True:
             try:
                 yield self.get(idle_timeout)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 
 import pytest
 
@@ -18,6 +19,7 @@ from discovery_sync.options import (
     path,
     text,
     uint64,
+    wait_timeout,
 )
 
 
@@ -90,3 +92,23 @@ def test_an_option_set_lists_the_valid_options_for_an_unknown_one():
         options.parse({"colour": "blue", "size": 1, "ttl": 2})
     with pytest.raises(ds.ValidationError, match="demo option ttl='0' is not valid"):
         options.parse({"ttl": "0"})
+
+
+def test_wait_timeouts_of_blocking_calls():
+    assert [wait_timeout(v, "timeout") for v in (None, math.inf, 1e300, 2.5, -3)] == [None, None, None, 2.5, 0.0]
+    for bad in (math.nan, "5", True, []):
+        with pytest.raises(ds.ValidationError, match="timeout"):
+            wait_timeout(bad, "timeout")
+
+
+def test_a_watch_waits_without_limit_for_an_infinite_timeout_and_refuses_nan():
+    with ds.connect("memory://wait-timeouts") as client, client.list_and_watch(ds.Query.endpoints()) as watch:
+        assert isinstance(watch.get(timeout=math.inf), ds.Resync)
+        writer = threading.Timer(0.05, client.register, [ds.EndpointSpec("ns", "c", "e", ds.Transport.tcp("x:1"))])
+        writer.start()
+        assert isinstance(watch.get(timeout=1e300), ds.Added)
+        writer.join()
+        with pytest.raises(ds.ValidationError, match="timeout=nan"):
+            watch.get(timeout=math.nan)
+        with pytest.raises(ds.ValidationError, match="idle_timeout"):
+            next(watch.events(idle_timeout="soon"))
