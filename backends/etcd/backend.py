@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any
 
 from discovery_sync.discovery import Discovery
-from discovery_sync.errors import BackendUnavailable, DiscoveryError, ValidationError
+from discovery_sync.errors import BackendUnavailable, DiscoveryError
 from discovery_sync.identity import DiscoveryInstanceId
 from discovery_sync.model import DiscoveryInstance, Model, instance_to_json
 from discovery_sync.queries import Query
@@ -16,6 +17,7 @@ from discovery_sync.watch import WatchFeed
 from .gateway import EtcdGateway, parse_value
 from .keys import KeyLayout
 from .lease import LeaseKeeper
+from .options import OPTIONS
 from .watcher import FeedWatcher
 
 log = logging.getLogger("discovery_sync.backends.etcd")
@@ -46,14 +48,22 @@ class EtcdDiscovery(Discovery):
         watch_read_timeout: float = 60.0,
     ) -> None:
         super().__init__()
-        if ttl < 1:
-            raise ValidationError(f"the etcd lease TTL must be at least 1 s, got {ttl}")
+        ttl, startup_timeout = OPTIONS.check("ttl", ttl), OPTIONS.check("startup_timeout", startup_timeout)
+        watch_read_timeout, prefix = (
+            OPTIONS.check("watch_read_timeout", watch_read_timeout),
+            OPTIONS.check("prefix", prefix),
+        )
         self.gateway = EtcdGateway(endpoints, username=username, password=password, verify=verify, cert=cert)
         self.keys = KeyLayout(prefix)
         self.watch_read_timeout = watch_read_timeout
         self._create_revisions: dict[DiscoveryInstanceId, int] = {}
-        self._watchers: list[FeedWatcher] = []
-        self._lease = self._grant_with_retries(ttl, startup_timeout)
+        self._watchers: set[FeedWatcher] = set()  # the open watches: a closed one is removed at once
+        self._watchers_lock = threading.Lock()
+        try:
+            self._lease = self._grant_with_retries(ttl, startup_timeout)
+        except BaseException:
+            self.gateway.session.close()
+            raise
         self._lease.start()
 
     def _grant_with_retries(self, ttl: int, timeout: float) -> LeaseKeeper:
@@ -113,9 +123,21 @@ class EtcdDiscovery(Discovery):
         return ours is None or theirs is None or theirs < ours
 
     def _open_feed(self, feed: WatchFeed) -> None:
+        """Start a watcher for ``feed``; closing the feed stops it and forgets it (nothing stays behind)."""
         watcher = FeedWatcher(self.gateway, self.keys, feed, read_timeout=self.watch_read_timeout)
         watcher.start()
-        self._watchers.append(watcher)
+        with self._watchers_lock:
+            closed = self._closed  # _close() takes its snapshot of the watchers under this lock
+            if not closed:
+                self._watchers.add(watcher)
+        if closed:
+            feed._close()
+            self._check_open()
+        feed.add_close_callback(lambda: self._forget(watcher))
+
+    def _forget(self, watcher: FeedWatcher) -> None:
+        with self._watchers_lock:
+            self._watchers.discard(watcher)
 
     def _probe(self) -> None:
         self.gateway.range(*self.keys.everything(), limit=1)
@@ -127,9 +149,10 @@ class EtcdDiscovery(Discovery):
 
     def _close(self) -> None:
         self._lease.stop()
-        for watcher in self._watchers:
+        with self._watchers_lock:
+            watchers, self._watchers = self._watchers, set()
+        for watcher in watchers:
             watcher.feed._close()
-        self._watchers.clear()
         try:
             self.gateway.lease_revoke(self._lease.lease_id)
         except DiscoveryError as exc:

@@ -4,22 +4,29 @@ Keys and values travel base64-encoded; int64s arrive as strings and zero values 
 (so a PUT event has no ``type``). Requests go to one endpoint at a time and fail over to the
 next on connection errors; a user/password pair is exchanged for a token that is renewed when
 the server says it expired.
+
+Every reply is read only through the accessors below (``_object``, ``_int_field``, ``_b64``...),
+which raise ``_Malformed``; :func:`_parsed` turns that into a :class:`BackendUnavailable` naming
+the call and quoting the reply. A server answering HTTP 200 with JSON of the wrong shape thus
+makes every public call raise BackendUnavailable, never KeyError, TypeError or binascii.Error.
 """
 
 from __future__ import annotations
 
 import base64
-import codecs
+import binascii
 import contextlib
 import json
 import logging
+import re
 import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import requests
+import urllib3
 
 from discovery_sync.errors import BackendUnavailable, DiscoveryError, ValidationError
 from discovery_sync.model import DiscoveryInstance, instance_from_json
@@ -27,6 +34,11 @@ from discovery_sync.model import DiscoveryInstance, instance_from_json
 log = logging.getLogger("discovery_sync.backends.etcd")
 
 REQUEST_TIMEOUT = (3.05, 10.0)  # connect, read
+QUOTE_LIMIT = 200  # characters of a malformed reply quoted in an error message
+MAX_WATCH_MESSAGE = 64 * 2**20  # a watch "line" longer than this is junk, not a message in transit
+WATCH = "/v3/watch"
+
+T = TypeVar("T")
 
 
 def b64(data: bytes | str) -> str:
@@ -35,7 +47,8 @@ def b64(data: bytes | str) -> str:
 
 
 def unb64(text: str | None) -> bytes:
-    return base64.b64decode(text) if text else b""
+    """Decode a base64 field of etcd's; BackendUnavailable when it is not base64."""
+    return _b64(text, "the field")
 
 
 def prefix_end(prefix: bytes) -> bytes:
@@ -49,6 +62,108 @@ def prefix_end(prefix: bytes) -> bytes:
     return b"\0"  # every key
 
 
+# -- reading replies: the one place a reply's shape is checked ----------------------------------------
+class _Malformed(BackendUnavailable):
+    """A reply of the wrong shape, raised by the accessors; :func:`_parsed` adds the call and the reply."""
+
+
+_INTEGER = re.compile(r"-?[0-9]{1,19}")
+_INT64 = range(-(2**63), 2**63)
+
+
+def _quote(value: Any, limit: int = QUOTE_LIMIT) -> str:
+    """``value`` (a parsed reply, or its text) as compact JSON, shortened to ``limit`` characters."""
+    if isinstance(value, str | bytes):
+        text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    else:
+        try:
+            text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+        except (TypeError, ValueError, RecursionError):
+            text = "<unprintable>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _parsed(what: str, raw: Any, parse: Callable[[Any], T]) -> T:
+    """``parse(raw)``; a malformed ``raw`` raises BackendUnavailable naming ``what`` and quoting ``raw``.
+
+    ``parse`` must read ``raw`` only through the accessors, so that any wrong shape is a ``_Malformed``.
+    """
+    try:
+        return parse(raw)
+    except _Malformed as exc:
+        raise BackendUnavailable(f"etcd answered {what} with a malformed response ({exc}): {_quote(raw)}") from None
+
+
+def _object(value: Any, what: str = "the response") -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _Malformed(f"{what} is not a JSON object")
+    return value
+
+
+def _object_field(obj: dict[str, Any], name: str) -> dict[str, Any]:
+    """The required object ``obj[name]``."""
+    if obj.get(name) is None:
+        raise _Malformed(f'"{name}" is missing')
+    return _object(obj[name], f'"{name}"')
+
+
+def _list_field(obj: dict[str, Any], name: str) -> list[Any]:
+    """The list ``obj[name]``; empty when absent (etcd omits empty lists)."""
+    value = obj.get(name)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise _Malformed(f'"{name}" is not a list: {_quote(value, 60)}')
+    return value
+
+
+def _int_field(obj: dict[str, Any], name: str, *, required: bool = False) -> int:
+    """The int64 ``obj[name]``, sent as a decimal string (or a number); 0 when absent unless ``required``."""
+    value = obj.get(name)
+    if value is None:
+        if required:
+            raise _Malformed(f'"{name}" is missing')
+        return 0
+    if isinstance(value, str) and _INTEGER.fullmatch(value):
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value not in _INT64:
+        raise _Malformed(f'"{name}" is not an integer: {_quote(obj[name], 60)}')
+    return value
+
+
+def _bool_field(obj: dict[str, Any], name: str) -> bool:
+    """The boolean ``obj[name]``; False when absent."""
+    value = obj.get(name, False)
+    if not isinstance(value, bool):
+        raise _Malformed(f'"{name}" is not a boolean: {_quote(value, 60)}')
+    return value
+
+
+def _str_field(obj: dict[str, Any], name: str) -> str:
+    """The string ``obj[name]``; empty when absent."""
+    value = obj.get(name, "")
+    if not isinstance(value, str):
+        raise _Malformed(f'"{name}" is not a string: {_quote(value, 60)}')
+    return value
+
+
+def _b64(value: Any, name: str) -> bytes:
+    """The bytes of base64 ``value`` (the field ``name``); empty when absent."""
+    if value is None or value == "":
+        return b""
+    if not isinstance(value, str):
+        raise _Malformed(f"{name} is not a base64 string: {_quote(value, 60)}")
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise _Malformed(f"{name} is not base64: {_quote(value, 60)}") from None
+
+
+def _revision(obj: dict[str, Any]) -> int:
+    """The store revision in ``obj``'s header, which every etcd reply carries."""
+    return _int_field(_object_field(obj, "header"), "revision", required=True)
+
+
 @dataclass(frozen=True, slots=True)
 class KeyValue:
     key: bytes
@@ -58,14 +173,141 @@ class KeyValue:
     lease: int
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> KeyValue:
+    def from_json(cls, data: Any) -> KeyValue:
+        """The pair in a reply (raises ``_Malformed``, a BackendUnavailable, when it is not one)."""
+        kv = _object(data, "a key-value")
         return cls(
-            unb64(data.get("key")),
-            unb64(data.get("value")),
-            int(data.get("create_revision", 0)),
-            int(data.get("mod_revision", 0)),
-            int(data.get("lease", 0)),
+            _b64(kv.get("key"), '"key"'),
+            _b64(kv.get("value"), '"value"'),
+            _int_field(kv, "create_revision"),
+            _int_field(kv, "mod_revision"),
+            _int_field(kv, "lease"),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    deleted: bool
+    kv: KeyValue
+
+
+@dataclass(frozen=True, slots=True)
+class WatchResult:
+    """One message of a watch stream. ``revision`` is the header's: for a message without events
+    (and not ``created``) it is a progress notification."""
+
+    revision: int
+    created: bool
+    canceled: bool
+    cancel_reason: str
+    compact_revision: int
+    events: tuple[WatchEvent, ...]
+
+
+def parse_watch_result(result: dict[str, Any]) -> WatchResult:
+    """The ``result`` object :meth:`EtcdGateway.watch` yields, checked; BackendUnavailable when malformed."""
+    return _parsed(WATCH, result, _watch_result)
+
+
+def _watch_result(value: Any) -> WatchResult:
+    result = _object(value, '"result"')
+    return WatchResult(
+        _revision(result),
+        _bool_field(result, "created"),
+        _bool_field(result, "canceled"),
+        _str_field(result, "cancel_reason"),
+        _int_field(result, "compact_revision"),
+        tuple(_watch_event(event) for event in _list_field(result, "events")),
+    )
+
+
+def _watch_event(value: Any) -> WatchEvent:
+    event = _object(value, "an event")
+    kind = _str_field(event, "type")
+    if kind not in ("", "PUT", "DELETE"):
+        raise _Malformed(f"unknown event type {_quote(kind, 60)}")
+    return WatchEvent(kind == "DELETE", KeyValue.from_json(_object_field(event, "kv")))
+
+
+def _range_reply(value: Any) -> tuple[list[KeyValue], int]:
+    reply = _object(value)
+    return [KeyValue.from_json(kv) for kv in _list_field(reply, "kvs")], _revision(reply)
+
+
+def _header_reply(value: Any) -> int:
+    return _revision(_object(value))
+
+
+def _txn_create_reply(value: Any) -> tuple[bool, KeyValue | None]:
+    reply = _object(value)
+    _revision(reply)
+    if _bool_field(reply, "succeeded"):
+        return True, None
+    responses = _list_field(reply, "responses")
+    if not responses:
+        raise _Malformed('the failed transaction has no "responses"')
+    kvs = _list_field(_object_field(_object(responses[0], "responses[0]"), "response_range"), "kvs")
+    return False, KeyValue.from_json(kvs[0]) if kvs else None
+
+
+def _lease_grant_reply(value: Any, requested: int) -> tuple[int, int]:
+    reply = _object(value)
+    _revision(reply)
+    error = _str_field(reply, "error")
+    if error:
+        raise EtcdError(f"etcd refused the lease: {_quote(error)}")
+    lease_id = _int_field(reply, "ID", required=True)
+    if lease_id <= 0:
+        raise _Malformed(f"{lease_id} is not a lease id")
+    if requested and lease_id != requested:
+        raise _Malformed(f"lease {lease_id:x} was granted instead of {requested:x}")
+    return lease_id, _int_field(reply, "TTL")
+
+
+def _lease_keepalive_reply(value: Any) -> int:
+    result = _object_field(_object(value), "result")
+    _revision(result)
+    return _int_field(result, "TTL")  # omitted (0) once the lease has expired
+
+
+def _token_reply(value: Any) -> str:
+    token = _str_field(_object(value), "token")
+    if not token:
+        raise _Malformed('no "token"')
+    return token
+
+
+def _watch_messages(lines: Iterable[bytes]) -> Iterator[dict[str, Any]]:
+    """The ``result`` objects of the watch stream's ``lines`` (each holds one JSON message or more)."""
+    decoder = json.JSONDecoder()
+    for line in lines:
+        text = line.decode("utf-8", "replace").strip()
+        while text:
+            try:
+                message, end = decoder.raw_decode(text)
+            except (ValueError, RecursionError):
+                raise BackendUnavailable(f"etcd sent a line that is not JSON on {WATCH}: {_quote(text)}") from None
+            text = text[end:].lstrip()
+            if isinstance(message, dict) and "error" in message:
+                raise BackendUnavailable(f"the etcd watch stream failed: {_quote(message['error'])}")
+            yield _parsed(WATCH, message, lambda value: _object_field(_object(value), "result"))
+
+
+def _lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """The newline-separated lines of a byte stream (the gateway ends each message with one)."""
+    buffer = bytearray()
+    for chunk in chunks:
+        searched = len(buffer)
+        buffer += chunk
+        end = buffer.find(b"\n", searched)
+        while end >= 0:
+            yield bytes(buffer[:end])
+            del buffer[: end + 1]
+            end = buffer.find(b"\n")
+        if len(buffer) > MAX_WATCH_MESSAGE:
+            raise BackendUnavailable(f"etcd sent {len(buffer)} bytes on {WATCH} without ending a message")
+    if buffer:
+        yield bytes(buffer)
 
 
 def abort_stream(response: requests.Response) -> None:
@@ -89,6 +331,15 @@ def parse_value(kv: KeyValue) -> DiscoveryInstance | None:
 
 class EtcdError(DiscoveryError):
     """The server refused a request (its message is included)."""
+
+
+def _refusal(data: Any, text: str) -> str:
+    """The message of an error reply (JSON of any shape)."""
+    if isinstance(data, dict):
+        message = data.get("message") or data.get("error")
+        if message:
+            return _quote(message)
+    return _quote(text)
 
 
 class EtcdGateway:
@@ -133,10 +384,10 @@ class EtcdGateway:
 
     def _authenticate(self) -> None:
         user, password = self._credentials
-        reply = self._post_raw("/v3/auth/authenticate", {"name": user, "password": password}, {})
-        self._token = reply.get("token")
+        path = "/v3/auth/authenticate"
+        self._token = _parsed(path, self._post_raw(path, {"name": user, "password": password}, {}), _token_reply)
 
-    def _post_raw(self, path: str, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+    def _post_raw(self, path: str, body: dict[str, Any], headers: dict[str, str]) -> Any:
         errors = []
         for attempt in range(len(self.endpoints)):
             with self._lock:
@@ -152,17 +403,25 @@ class EtcdGateway:
         raise BackendUnavailable(f"no etcd endpoint answered {path}: " + "; ".join(errors))
 
     @staticmethod
-    def _decode(response: requests.Response, path: str) -> dict[str, Any]:
+    def _decode(response: requests.Response, path: str) -> Any:
+        """The JSON of a successful reply, of any shape (the caller checks it with :func:`_parsed`)."""
         try:
             data = response.json()
-        except ValueError:
-            raise BackendUnavailable(f"etcd answered {path} with HTTP {response.status_code} and no JSON") from None
-        if response.status_code != 200 or ("error" in data and "header" not in data):
-            message = data.get("message") or data.get("error") or response.text
-            raise EtcdError(f"etcd refused {path}: {message}")
+        except (ValueError, RecursionError):
+            raise BackendUnavailable(
+                f"etcd answered {path} with HTTP {response.status_code} and no JSON: {_quote(response.text)}"
+            ) from None
+        refused = isinstance(data, dict) and "error" in data and "header" not in data
+        if response.status_code >= 500:  # no leader, overloaded, shutting down: retrying may help
+            raise BackendUnavailable(
+                f"etcd could not serve {path} (HTTP {response.status_code}): {_refusal(data, response.text)}"
+            )
+        if response.status_code != 200 or refused:
+            raise EtcdError(f"etcd refused {path}: {_refusal(data, response.text)}")
         return data
 
-    def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    def post(self, path: str, body: dict[str, Any]) -> Any:
+        """The JSON reply to ``body`` (unchecked: read it with :func:`_parsed`)."""
         try:
             return self._post_raw(path, body, self.headers())
         except EtcdError as exc:
@@ -171,6 +430,10 @@ class EtcdGateway:
                 return self._post_raw(path, body, self.headers())
             raise
 
+    def _call(self, path: str, body: dict[str, Any], parse: Callable[[Any], T]) -> T:
+        """POST ``body`` to ``path`` and read the reply with ``parse``; malformed → BackendUnavailable."""
+        return _parsed(path, self.post(path, body), parse)
+
     # -- calls ------------------------------------------------------------------------------------
     def range(self, key: bytes, range_end: bytes | None = None, *, limit: int = 0) -> tuple[list[KeyValue], int]:
         body: dict[str, Any] = {"key": b64(key)}
@@ -178,52 +441,42 @@ class EtcdGateway:
             body["range_end"] = b64(range_end)
         if limit:
             body["limit"] = limit
-        reply = self.post("/v3/kv/range", body)
-        return [KeyValue.from_json(kv) for kv in reply.get("kvs", [])], int(reply["header"]["revision"])
+        return self._call("/v3/kv/range", body, _range_reply)
 
     def put(self, key: bytes, value: bytes, lease: int = 0) -> int:
         body: dict[str, Any] = {"key": b64(key), "value": b64(value)}
         if lease:
             body["lease"] = str(lease)
-        return int(self.post("/v3/kv/put", body)["header"]["revision"])
+        return self._call("/v3/kv/put", body, _header_reply)
 
     def create(self, key: bytes, value: bytes, lease: int = 0) -> tuple[bool, KeyValue | None]:
         """Put ``key`` only if it does not exist; otherwise return the stored pair."""
         put: dict[str, Any] = {"key": b64(key), "value": b64(value)}
         if lease:
             put["lease"] = str(lease)
-        reply = self.post(
-            "/v3/kv/txn",
-            {
-                "compare": [{"key": b64(key), "target": "VERSION", "result": "EQUAL", "version": "0"}],
-                "success": [{"request_put": put}],
-                "failure": [{"request_range": {"key": b64(key)}}],
-            },
-        )
-        if reply.get("succeeded"):
-            return True, None
-        kvs = reply["responses"][0]["response_range"].get("kvs", [])
-        return False, KeyValue.from_json(kvs[0]) if kvs else None
+        body = {
+            "compare": [{"key": b64(key), "target": "VERSION", "result": "EQUAL", "version": "0"}],
+            "success": [{"request_put": put}],
+            "failure": [{"request_range": {"key": b64(key)}}],
+        }
+        return self._call("/v3/kv/txn", body, _txn_create_reply)
 
     def delete(self, key: bytes) -> None:
-        self.post("/v3/kv/deleterange", {"key": b64(key)})
+        self._call("/v3/kv/deleterange", {"key": b64(key)}, _header_reply)
 
     def lease_grant(self, ttl: int, lease_id: int = 0) -> tuple[int, int]:
+        """Grant a lease (with ``lease_id`` when not 0): its id and TTL."""
         body: dict[str, Any] = {"TTL": str(ttl)}
         if lease_id:
             body["ID"] = str(lease_id)
-        reply = self.post("/v3/lease/grant", body)
-        if reply.get("error"):
-            raise EtcdError(f"etcd refused the lease: {reply['error']}")
-        return int(reply["ID"]), int(reply["TTL"])
+        return self._call("/v3/lease/grant", body, lambda reply: _lease_grant_reply(reply, lease_id))
 
     def lease_keepalive(self, lease_id: int) -> int:
         """The lease's remaining TTL; 0 when the lease has expired."""
-        reply = self.post("/v3/lease/keepalive", {"ID": str(lease_id)})
-        return int(reply.get("result", {}).get("TTL", 0))
+        return self._call("/v3/lease/keepalive", {"ID": str(lease_id)}, _lease_keepalive_reply)
 
     def lease_revoke(self, lease_id: int) -> None:
-        self.post("/v3/lease/revoke", {"ID": str(lease_id)})
+        self._call("/v3/lease/revoke", {"ID": str(lease_id)}, _header_reply)
 
     def watch(
         self,
@@ -234,7 +487,10 @@ class EtcdGateway:
         read_timeout: float,
         opened: Callable[[requests.Response], None] = lambda response: None,
     ) -> Iterator[dict[str, Any]]:
-        """Yield the ``result`` objects of a watch stream until it ends or fails (raises).
+        """Yield the ``result`` objects (checked with :func:`parse_watch_result`) of a watch stream
+        until it ends or fails: BackendUnavailable for an error or a malformed message,
+        ``requests.ReadTimeout`` when nothing arrived for ``read_timeout`` seconds, another
+        ``requests.RequestException`` when the connection failed.
 
         ``opened`` receives the streaming response, so another thread can abort it with
         :func:`abort_stream`."""
@@ -250,28 +506,23 @@ class EtcdGateway:
         with self._lock:
             endpoint = self.endpoints[self._current]
         response = session.post(
-            endpoint + "/v3/watch", json=body, headers=self.headers(), stream=True, timeout=(3.05, read_timeout)
+            endpoint + WATCH, json=body, headers=self.headers(), stream=True, timeout=(3.05, read_timeout)
         )
         opened(response)
         try:
             if response.status_code != 200:
-                raise BackendUnavailable(f"etcd refused the watch: HTTP {response.status_code} {response.text[:200]}")
-            decoder = json.JSONDecoder()
-            text = codecs.getincrementaldecoder("utf-8")()
-            buffer = ""
-            for chunk in response.iter_content(chunk_size=None):
-                buffer += text.decode(chunk)
-                while True:  # messages are concatenated JSON objects, not aligned to chunks
-                    buffer = buffer.lstrip()
-                    if not buffer:
-                        break
-                    try:
-                        message, end = decoder.raw_decode(buffer)
-                    except ValueError:
-                        break  # incomplete: wait for more bytes
-                    buffer = buffer[end:]
-                    if "error" in message:
-                        raise BackendUnavailable(f"the etcd watch stream failed: {message['error']}")
-                    yield message.get("result", {})
+                raise BackendUnavailable(f"etcd refused the watch: HTTP {response.status_code} {_quote(response.text)}")
+            yield from _watch_messages(_lines(_chunks(response)))
         finally:
             response.close()
+
+
+def _chunks(response: requests.Response) -> Iterator[bytes]:
+    """The body of a streaming response as it arrives; a read timeout is ``requests.ReadTimeout``
+    (requests reports one in the middle of a body as a ConnectionError)."""
+    try:
+        yield from response.iter_content(chunk_size=None)
+    except requests.ConnectionError as exc:
+        if exc.args and isinstance(exc.args[0], urllib3.exceptions.ReadTimeoutError):
+            raise requests.ReadTimeout(*exc.args, response=response) from exc
+        raise

@@ -1,20 +1,20 @@
 """The client's lease: granted at start, kept alive by a named thread, re-granted when lost.
 
-The lease id is the client's instance id, so a lost lease (expired during an outage) is
-granted again with the SAME id and the client's records are written again; the instance id
-never changes. ``status()`` tells what happened.
+The lease id is the client's instance id, so a lost lease (expired during an outage, or while
+the server answered nonsense) is granted again with the SAME id and the client's records are
+written again; the instance id never changes. The keep-alive thread retries every interval
+whatever goes wrong; ``status()`` tells what happened.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from discovery_sync.errors import BackendUnavailable, DiscoveryError
 from discovery_sync.periodic import PeriodicThread
+from discovery_sync.threads import log_retry
 
 from .gateway import EtcdGateway
 
@@ -30,9 +30,13 @@ class LeaseKeeper:
         self.losses = 0
         self.last_keepalive = time.monotonic()
         self.connected = True
-        self._lock = threading.Lock()
+        self._rewrite_pending = False  # the lease was lost and the records are not all written back yet
         self._thread = PeriodicThread(
-            "discovery-sync-etcd-keepalive", max(ttl / 3, 0.5), self._keep_alive, on_error=self._error
+            "discovery-sync-etcd-keepalive",
+            max(ttl / 3, 0.5),
+            self._keep_alive,
+            on_error=self._error,
+            on_crash=self._crashed,
         )
 
     def start(self) -> None:
@@ -42,27 +46,38 @@ class LeaseKeeper:
         self._thread.stop()
 
     def _keep_alive(self) -> None:
-        remaining = self.gateway.lease_keepalive(self.lease_id)
-        self.connected = True
-        if remaining > 0:
-            self.last_keepalive = time.monotonic()
-            return
-        with self._lock:
-            self.losses += 1
-            log.warning(
-                "etcd lease %x expired (the server was unreachable for longer than its %d s TTL); "
-                "granting it again and re-registering this client's records",
-                self.lease_id,
-                self.ttl,
-            )
+        """Renew the lease; once it is lost, grant it again and rewrite the records, until both succeed.
+
+        ``connected`` becomes True only when the lease is renewed and every record is back.
+        """
+        if self.gateway.lease_keepalive(self.lease_id) <= 0:
+            if not self._rewrite_pending:
+                self.losses += 1
+                log.warning(
+                    "etcd lease %x expired (the server was unusable for longer than its %d s TTL); "
+                    "granting it again and re-registering this client's records",
+                    self.lease_id,
+                    self.ttl,
+                )
+            self._rewrite_pending = True
             self.gateway.lease_grant(self.ttl, self.lease_id)
+        if self._rewrite_pending:
+            # also after a grant whose reply was lost: the keep-alive above then found the lease alive
             self._rewrite()
-            self.last_keepalive = time.monotonic()
+            self._rewrite_pending = False
+        self.last_keepalive = time.monotonic()
+        self.connected = True
 
     def _error(self, exc: BaseException) -> bool:
+        """Retry after the interval whatever the job raised; only KeyboardInterrupt and the like end the thread."""
         self.connected = False
-        log.warning("etcd keep-alive of lease %x failed: %s", self.lease_id, exc)
-        return isinstance(exc, DiscoveryError | BackendUnavailable | OSError)
+        if not isinstance(exc, Exception):
+            return False
+        log_retry(f"keep-alive of etcd lease {self.lease_id:x}", exc, self._thread.interval)
+        return True
+
+    def _crashed(self, exc: BaseException) -> None:
+        self.connected = False
 
     def status(self) -> dict[str, Any]:
         return {

@@ -1,40 +1,41 @@
 """One watch on etcd: a range at revision R, then a watch stream from R+1, in a named thread.
 
-Compaction, a cancelled or failed stream, or a server that went away make the watcher range
-again and reconcile (the missed changes, then a Resync) before it watches on; it backs off
-(250 ms doubling to 5 s, with jitter) while the server is unreachable. A stream that is only
-quiet for the read timeout is re-opened from the last revision without a resync.
+Compaction, a cancelled, ended or malformed stream, or a server that went away make the watcher
+range again and reconcile (the missed changes, then a Resync) before it watches on, after a
+:class:`~discovery_sync.threads.Backoff` delay (250 ms doubling to 5 s while the server stays
+unreachable or answers nonsense; back to 250 ms once a watch is created). A stream that is only
+quiet for the read timeout is re-opened from the last revision without a resync. Any other
+exception ends the thread and fails the feed (the consumer gets ``WatchFailed``).
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
-import random
 import threading
-from typing import Any
 
 import requests
 
 from discovery_sync.errors import BackendUnavailable
 from discovery_sync.model import DiscoveryInstance
 from discovery_sync.reconcile import apply
+from discovery_sync.threads import Backoff, log_retry, start_thread
 from discovery_sync.watch import WatchFeed
 
-from .gateway import EtcdGateway, KeyValue, abort_stream, parse_value
+from .gateway import EtcdGateway, WatchEvent, WatchResult, abort_stream, parse_value, parse_watch_result
 from .keys import KeyLayout
 
 log = logging.getLogger("discovery_sync.backends.etcd")
 
 BACKOFF_START, BACKOFF_MAX = 0.25, 5.0
+_numbers = itertools.count(1)
 
 
 class NeedsResync(Exception):
-    """The stream cannot continue from our revision (compacted or cancelled)."""
+    """The stream cannot continue from our revision (compacted, cancelled or ended)."""
 
 
 class FeedWatcher:
-    _count = 0
-
     def __init__(self, gateway: EtcdGateway, layout: KeyLayout, feed: WatchFeed, *, read_timeout: float = 60.0):
         self.gateway = gateway
         self.layout = layout
@@ -44,28 +45,35 @@ class FeedWatcher:
         self.revision = 0
         self.known: dict[bytes, DiscoveryInstance] = {}
         self._stop = threading.Event()
+        self._backoff = Backoff(BACKOFF_START, BACKOFF_MAX)
         self._session = gateway.stream_session()
         self._response: requests.Response | None = None
-        FeedWatcher._count += 1
-        self._thread = threading.Thread(
-            target=self._run, name=f"discovery-sync-etcd-watch-{FeedWatcher._count}", daemon=True
-        )
-        feed.add_close_callback(self.stop)
+        self._thread = start_thread(f"discovery-sync-etcd-watch-{next(_numbers)}", self._run, feed.fail, start=False)
 
     def start(self) -> None:
-        """Range now (so the watch is established when this returns), then stream in the thread."""
-        snapshot, self.revision = self._range()
+        """Range now (so the watch is established when this returns), then stream in the thread.
+
+        When the range fails nothing is left open and the feed is not touched."""
+        try:
+            snapshot, self.revision = self._range()
+        except BaseException:
+            self._session.close()
+            raise
         self.known = snapshot
+        self.feed.add_close_callback(self.stop)
         self.feed.start(snapshot.values())
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop the thread and release the stream; returns once the thread has ended (at most 5 s)."""
         self._stop.set()
-        if self._response is not None:
-            abort_stream(self._response)  # unblocks the stream read
+        response = self._response
+        if response is not None:
+            abort_stream(response)  # unblocks the stream read
         self._session.close()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(5)
+        self._response = None
 
     # -- reading ----------------------------------------------------------------------------------
     def _range(self) -> tuple[dict[bytes, DiscoveryInstance], int]:
@@ -78,7 +86,7 @@ class FeedWatcher:
         return snapshot, revision
 
     def _run(self) -> None:
-        delay = BACKOFF_START
+        """Stream until stopped; exceptions other than those handled here end it through ``feed.fail``."""
         resync = False
         while not self._stop.is_set():
             try:
@@ -86,23 +94,22 @@ class FeedWatcher:
                     self._resync()
                     resync = False
                 self._stream()
-                delay = BACKOFF_START
-            except NeedsResync as exc:
-                log.info("watch on %s must resynchronise: %s", self.feed.query, exc)
-                resync = True
-            except (requests.RequestException, BackendUnavailable) as exc:
+            except requests.ReadTimeout:
+                continue  # only quiet: watch again from the last revision
+            except (NeedsResync, requests.RequestException, BackendUnavailable) as exc:
                 if self._stop.is_set():
                     return
-                if isinstance(exc, requests.ReadTimeout):
-                    continue  # only quiet: watch again from the last revision
-                log.warning("watch on %s lost etcd (%s); retrying in %.2f s", self.feed.query, exc, delay)
                 resync = True
-                self._stop.wait(delay * random.uniform(0.8, 1.2))
-                delay = min(delay * 2, BACKOFF_MAX)
-            except Exception as exc:  # a bug: the consumer must hear of it
-                log.exception("watch on %s failed", self.feed.query)
-                self.feed.fail(exc)
-                return
+                self._pause(exc)
+
+    def _pause(self, exc: Exception) -> None:
+        """Wait before a resync, so that a server failing every stream at once is not hammered."""
+        delay = self._backoff.next()
+        if isinstance(exc, NeedsResync):
+            log.info("watch on %s must resynchronise (%s); in %.2f s", self.feed.query, exc, delay)
+        else:
+            log_retry(f"watch on {self.feed.query}", exc, delay)
+        self._stop.wait(delay)
 
     def _resync(self) -> None:
         snapshot, self.revision = self._range()
@@ -114,30 +121,34 @@ class FeedWatcher:
         stream = self.gateway.watch(
             self._session, self.key, self.range_end, self.revision + 1, self.read_timeout, self._opened
         )
-        for result in stream:
+        for raw in stream:
             if self._stop.is_set():
                 return
-            if result.get("compact_revision") and result.get("compact_revision") != "0":
-                raise NeedsResync(f"revision {self.revision + 1} was compacted")
-            if result.get("canceled"):
-                raise NeedsResync(result.get("cancel_reason") or "the server cancelled the watch")
-            for event in result.get("events", []):
-                self._apply(event)
-            header = result.get("header", {})
-            if not result.get("events") and "revision" in header and not result.get("created"):
-                self.revision = max(self.revision, int(header["revision"]))  # a progress notification
+            self._handle(parse_watch_result(raw))
         if not self._stop.is_set():
             raise NeedsResync("the server ended the watch stream")
+
+    def _handle(self, result: WatchResult) -> None:
+        if result.compact_revision:
+            raise NeedsResync(f"revision {self.revision + 1} was compacted")
+        if result.canceled:
+            raise NeedsResync(result.cancel_reason or "the server cancelled the watch")
+        if result.created:
+            self._backoff.reset()  # the server accepted the watch: a later failure starts the backoff again
+        for event in result.events:
+            self._apply(event)
+        if not result.events and not result.created and result.revision:
+            self.revision = max(self.revision, result.revision)  # a progress notification
 
     def _opened(self, response: requests.Response) -> None:
         self._response = response
         if self._stop.is_set():
             abort_stream(response)
 
-    def _apply(self, event: dict[str, Any]) -> None:
-        kv = KeyValue.from_json(event["kv"])
+    def _apply(self, event: WatchEvent) -> None:
+        kv = event.kv
         self.revision = max(self.revision, kv.mod_revision)
-        if event.get("type") == "DELETE":
+        if event.deleted:
             old = self.known.pop(kv.key, None)
             if old is not None:
                 self.feed.removed(old.id())
