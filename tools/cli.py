@@ -3,15 +3,33 @@
 from __future__ import annotations
 
 import argparse
+import errno
+import os
 import signal
 import sys
 import threading
+import traceback
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import orjson
 
 import discovery_sync as ds
+from discovery_sync.specs import DiscoverySpec
+
+PROG = "discovery-sync"
+EXIT_STORE_ERROR = 1  # the store failed or refused (every DiscoveryError but ValidationError), or a bug
+EXIT_USAGE_ERROR = 2  # bad arguments, an unreadable or invalid spec, bad JSON, an invalid URL or option
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
+EXIT_BROKEN_PIPE = 141  # stdout closed early, as in ``discovery-sync list | head -1`` (128 + SIGPIPE)
+DEBUG_ENV = "DISCOVERY_SYNC_DEBUG"
+SCOPE_EXAMPLE = """--scope '{"kind": "namespace", "name": "ns"}'"""
+_OPEN_ERRORS = {
+    errno.ENOENT: "it does not exist",
+    errno.EISDIR: "it is a directory",
+    errno.EACCES: "permission denied",
+    errno.ENOTDIR: "a part of its path is not a directory",
+}
 
 
 def _print_json(data: Any) -> None:
@@ -25,8 +43,58 @@ def _query(args: argparse.Namespace) -> ds.Query:
         if getattr(args, field, None) is not None:
             data[field] = getattr(args, field)
     if args.scope is not None:
-        data["scope"] = orjson.loads(args.scope)
+        data["scope"] = _parse_scope(args.scope)
     return ds.Query.from_dict(data)
+
+
+def _parse_scope(text: str) -> dict[str, Any]:
+    """The ``--scope`` argument as a JSON object; anything else is a ValidationError with an example."""
+    try:
+        scope = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise ds.ValidationError(f"--scope is not valid JSON: {exc}; example: {SCOPE_EXAMPLE}") from None
+    if not isinstance(scope, dict):
+        raise ds.ValidationError(f"--scope must be a JSON object, got {type(scope).__name__}; example: {SCOPE_EXAMPLE}")
+    return scope
+
+
+def _read_spec_source(path: str) -> bytes:
+    """The bytes of the spec file (``-``: stdin); an unreadable file is a ValidationError saying why."""
+    if path == "-":
+        return sys.stdin.buffer.read()
+    try:
+        with open(path, "rb") as file:
+            return file.read()
+    except OSError as exc:
+        reason = _OPEN_ERRORS.get(exc.errno or 0, exc.strerror or str(exc))
+        raise ds.ValidationError(
+            f"cannot read the spec file {path}: {reason}; give the path of a JSON spec file, or - for stdin"
+        ) from None
+
+
+def _load_specs(path: str) -> list[DiscoverySpec]:
+    """Read and check the spec(s) of ``register``: one JSON object, or a non-empty list of them."""
+    where = "the spec on stdin" if path == "-" else f"the spec file {path}"
+    source = _read_spec_source(path)
+    if not source.strip():
+        raise ds.ValidationError(f"{where} is empty; it must hold a spec as a JSON object (or a list of them)")
+    try:
+        data = orjson.loads(source)
+    except orjson.JSONDecodeError as exc:
+        raise ds.ValidationError(f"{where} is not valid JSON: {exc}") from None
+    if isinstance(data, list):
+        if not data:
+            raise ds.ValidationError(f"{where} holds an empty list: there is nothing to register")
+        return [_spec(item, f"{where}, item {index}") for index, item in enumerate(data)]
+    return [_spec(data, where)]
+
+
+def _spec(data: Any, where: str) -> DiscoverySpec:
+    """One spec parsed from JSON data; a ValidationError names where the bad spec came from."""
+    try:
+        return ds.spec_from_dict(data)
+    except ds.ValidationError as exc:
+        raise ds.ValidationError(f"{where} is not a valid spec: {exc}") from None
 
 
 def _wait_for_signal() -> None:
@@ -46,25 +114,15 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_watch(args: argparse.Namespace) -> int:
     with ds.connect(args.url) as client, client.list_and_watch(_query(args)) as watch:
-        count = 0
-        try:
-            for event in watch.events(idle_timeout=args.idle_timeout):
-                _print_json(event.to_dict())
-                count += 1
-                if args.count is not None and count >= args.count:
-                    break
-        except KeyboardInterrupt:
-            pass
+        for count, event in enumerate(watch.events(idle_timeout=args.idle_timeout), start=1):  # Ctrl-C: run()
+            _print_json(event.to_dict())
+            if args.count is not None and count >= args.count:
+                break
     return 0
 
 
 def cmd_register(args: argparse.Namespace) -> int:
-    source = sys.stdin.buffer.read() if args.spec == "-" else open(args.spec, "rb").read()  # noqa: SIM115
-    try:
-        data = orjson.loads(source)
-    except orjson.JSONDecodeError as exc:
-        raise ds.ValidationError(f"the spec is not valid JSON: {exc}") from None
-    specs = [ds.spec_from_dict(item) for item in (data if isinstance(data, list) else [data])]
+    specs = _load_specs(args.spec)
     with ds.connect(args.url) as client:
         for spec in specs:
             _print_json(client.register(spec).to_dict())
@@ -111,8 +169,25 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser that reports a bad command line in one line on stderr (exit 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE_ERROR, f"{PROG}: error: {_one_line(message)}; see '{self.prog} --help'\n")
+
+
+EPILOG = f"""\
+exit status: 0 success; {EXIT_STORE_ERROR} the store failed or refused (or doctor found problems, gc left
+records behind); {EXIT_USAGE_ERROR} bad arguments, spec file, JSON, URL or option; {EXIT_INTERRUPTED} Ctrl-C;
+{EXIT_BROKEN_PIPE} stdout closed early.
+Errors are one line on stderr; set {DEBUG_ENV}=1 to print their traceback as well.
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="discovery-sync", description=__doc__)
+    parser = _Parser(
+        prog=PROG, description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--url", help="store URL (default: from DYN_DISCOVERY_BACKEND / DYN_FILE_KV / ETCD_ENDPOINTS)")
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -147,13 +222,62 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def _one_line(text: str) -> str:
+    """``text`` on one line: its non-blank lines joined by "; "."""
+    return "; ".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+def _debug() -> bool:
+    """Whether DISCOVERY_SYNC_DEBUG asks for tracebacks."""
+    return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def _report(exc: BaseException, message: str) -> None:
+    """Print ``message`` as one error line on stderr, after the traceback of ``exc`` in debug mode."""
+    if _debug():
+        traceback.print_exception(exc, file=sys.stderr)
+    print(f"{PROG}: error: {_one_line(message) or type(exc).__name__}", file=sys.stderr)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that flushing it at exit after a broken pipe fails no more."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file (captured by a test, say)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the parsed command; every exception becomes one line on stderr and an exit code."""
     try:
         return args.func(args)
+    except KeyboardInterrupt:
+        if _debug():
+            traceback.print_exc(file=sys.stderr)
+        newline = "\n" if sys.stderr.isatty() else ""  # after the terminal's ^C
+        print(f"{newline}{PROG}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+    except ds.ValidationError as exc:
+        _report(exc, str(exc))
+        return EXIT_USAGE_ERROR
     except ds.DiscoveryError as exc:
-        print(f"discovery-sync: {exc}", file=sys.stderr)
-        return 2
+        _report(exc, str(exc))
+        return EXIT_STORE_ERROR
+    except Exception as exc:  # a bug: still one line, the traceback only on request
+        hint = f"set {DEBUG_ENV}=1 for the traceback" if not _debug() else "the traceback is above"
+        _report(exc, f"unexpected {type(exc).__name__}: {exc} (a bug; please report it, {hint})")
+        return EXIT_STORE_ERROR
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The ``discovery-sync`` command; returns its exit status (a bad command line raises SystemExit(2))."""
+    return run(build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":
