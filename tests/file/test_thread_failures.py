@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-import discovery_sync as ds
 from discovery_sync.backends.file import backend as file_backend
 from discovery_sync.backends.file.softlock import SoftLocks
 from discovery_sync.backends.file.sweep import Sweeper
+
+import discovery_sync as ds
 from tests.helpers import LogCatcher, endpoint_spec, initial_state, next_event
 
 WAIT = 10.0
@@ -112,22 +112,22 @@ def test_an_unexpected_rescan_error_fails_the_watches_and_the_thread_goes_on(sto
 
 
 def test_a_crashed_observer_thread_is_restarted_and_the_watch_goes_on(store, escaped, thread_log: LogCatcher):
-    with ds.connect(url(store, observer="polling", poll_interval=0.1)) as watcher, ds.connect(url(store)) as writer:
-        with watcher.list_and_watch(ds.Query.endpoints()) as watch:
-            initial_state(watch)
-            emitters = watcher._notifier._observer.emitters
-            emitter = next(e for e in emitters if e.watch.path.endswith("instances"))
-            fault = Fault(emitter.queue_events, RuntimeError("injected observer fault"), times=1)
-            emitter.queue_events = fault  # this one emitter object only, not watchdog's class
-            assert fault.hit.wait(WAIT)
-            assert thread_log.wait_for("injected observer fault")
-            assert thread_log.wait_for("restarting it")
-            endpoint = writer.register(endpoint_spec())
+    watcher = ds.connect(url(store, observer="polling", poll_interval=0.1))
+    with watcher, ds.connect(url(store)) as writer, watcher.list_and_watch(ds.Query.endpoints()) as watch:
+        initial_state(watch)
+        emitters = watcher._notifier._observer.emitters
+        emitter = next(e for e in emitters if e.watch.path.endswith("instances"))
+        fault = Fault(emitter.queue_events, RuntimeError("injected observer fault"), times=1)
+        emitter.queue_events = fault  # this one emitter object only, not watchdog's class
+        assert fault.hit.wait(WAIT)
+        assert thread_log.wait_for("injected observer fault")
+        assert thread_log.wait_for("restarting it")
+        endpoint = writer.register(endpoint_spec())
+        event = next_event(watch, timeout=WAIT)
+        while isinstance(event, ds.Resync):  # the restart resynchronises
             event = next_event(watch, timeout=WAIT)
-            while isinstance(event, ds.Resync):  # the restart resynchronises
-                event = next_event(watch, timeout=WAIT)
-            assert event == ds.Added(endpoint)
-            assert watcher.status()["observer_alive"] is True
+        assert event == ds.Added(endpoint)
+        assert watcher.status()["observer_alive"] is True
     assert escaped == []
 
 

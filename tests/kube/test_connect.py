@@ -35,5 +35,5 @@ def test_url_options_are_parsed(server, kubeconfig):
     with ds.connect(url, kubeconfig=str(kubeconfig), podinfo_dir=str(kubeconfig.parent)) as client:
         assert (client.ready_timeout, client.consistent_reads) == (2.5, False)
         assert client.status()["cr_name"] == "worker-0"
-    with pytest.raises(ds.ValidationError, match="consistent_reads=.perhaps. is not valid: true or false"):
+    with pytest.raises(ds.ValidationError, match=r"consistent_reads=.perhaps. is not valid: true or false"):
         ds.connect("kube://?pod_name=p&pod_uid=u&consistent_reads=perhaps", kubeconfig=str(kubeconfig))

@@ -145,7 +145,7 @@ def test_connect_reports_bad_identity_and_options(tmp_path, monkeypatch):
         ds.connect("kube://", pod_name="p", pod_uid="u", flavour="x")
     with pytest.raises(ds.ValidationError, match="takes no host or path"):
         ds.connect("kube://cluster.local/ns", pod_name="p", pod_uid="u")
-    with pytest.raises(ds.ValidationError, match="ready_timeout=.soon. is not valid: a number of seconds"):
+    with pytest.raises(ds.ValidationError, match=r"ready_timeout=.soon. is not valid: a number of seconds"):
         ds.connect("kube://?ready_timeout=soon", pod_name="p", pod_uid="u", podinfo_dir=nowhere)
     with pytest.raises(ds.BackendUnavailable, match="cannot load the kubeconfig"):
         ds.connect("kube://", pod_name="p", pod_uid="u", podinfo_dir=nowhere, kubeconfig=str(tmp_path / "missing"))

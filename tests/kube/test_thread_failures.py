@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
-import discovery_sync as ds
 from discovery_sync.backends.kube.api import KubeApi
 from discovery_sync.backends.kube.daemon import KubeDaemon
+
+import discovery_sync as ds
 from tests.helpers import LogCatcher, initial_state
 
 WAIT = 10.0
