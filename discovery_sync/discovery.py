@@ -18,12 +18,12 @@ from typing import Any
 
 from .errors import ClientClosed, ConflictError, DiscoveryError, NotFoundError, ValidationError
 from .identity import DiscoveryInstanceId, ModelCardInstanceId, RecordKind
-from .model import DiscoveryInstance, EventSource, Model
+from .model import DiscoveryInstance, EventSource, Model, stored_form
 from .model_cards import check_replay, conflict_error, find_conflict, find_conflicts
 from .queries import Query
 from .reconcile import ordered
 from .specs import DiscoverySpec, EndpointSpec, EventChannelSpec, EventSourceSpec, ModelSpec
-from .taints import normalized_card, taints_of, with_taints
+from .taints import check_caller_taints, normalized_card, taints_of, with_taints
 from .watch import DEFAULT_WATCH_QUEUE_SIZE, Watch, WatchFeed
 
 log = logging.getLogger(__name__)
@@ -73,13 +73,17 @@ class Discovery(abc.ABC):
           replay: accepted when only ``runtime_config.taints`` differ, and the stored taints stay.
         * Event sources are immutable: the same descriptor again succeeds, a different one raises
           ConflictError and keeps the original.
+
+        The record must be storable as JSON the reference runtime reads back unchanged (see
+        :mod:`discovery_sync.jsonsafe`): otherwise ValidationError naming the field, and nothing
+        is written. The returned instance holds the record as stored (tuples became lists).
         """
         if not isinstance(spec, _SPEC_TYPES):
             raise ValidationError(
                 f"register() takes an EndpointSpec, ModelSpec, EventChannelSpec or EventSourceSpec, "
                 f"got {type(spec).__name__}"
             )
-        instance = spec.to_instance(self.instance_id)
+        instance = stored_form(spec.to_instance(self.instance_id))
         with self._api_lock:
             self._check_open()
             if isinstance(instance, Model):
@@ -167,6 +171,7 @@ class Discovery(abc.ABC):
 
         Taints with the reserved prefix ``dynamo.topology/`` are refused; topology taints are
         derived from ``runtime_config.topology_domains`` and kept. Stored sorted and unique.
+        ValidationError, with nothing written, for taints that are not non-empty valid strings.
         """
         if not isinstance(model_id, ModelCardInstanceId):
             raise ValidationError(f"update_model_taints() takes a ModelCardInstanceId, got {type(model_id).__name__}")
@@ -176,6 +181,7 @@ class Discovery(abc.ABC):
             )
         if not model_id.is_base:
             raise ValidationError("taints can be updated only on base model cards (no model_suffix)")
+        caller_taints = check_caller_taints(taints)  # before the locks, and a generator is read once
         with self._api_lock:
             self._check_open()
             endpoint_models = Query.models(model_id.namespace, model_id.component, model_id.endpoint)
@@ -183,7 +189,8 @@ class Discovery(abc.ABC):
                 existing = self._get(model_id)
                 if not isinstance(existing, Model):
                     raise NotFoundError(f"model card {model_id.to_path()} is not registered")
-                updated = dataclasses.replace(existing, card_json=with_taints(existing.card_json, taints))
+                card = with_taints(existing.card_json, caller_taints)
+                updated = stored_form(dataclasses.replace(existing, card_json=card))
                 if taints_of(updated.card_json) == taints_of(existing.card_json):
                     return existing
                 self._replace(updated)

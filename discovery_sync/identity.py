@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from .errors import ValidationError
 from .pathcodec import decode, encode_segment
 from .scope import EventScope
-from .validation import check_instance_id, check_name
+from .validation import check_instance_id, check_name, check_unicode
 
 
 class RecordKind(enum.Enum):
@@ -41,6 +41,9 @@ _BUCKETS = {
 
 
 def parse_hex_id(text: str, field: str = "instance id") -> int:
+    """A u64 written as lowercase hex of 1 to 16 digits (as paths carry ids); ValidationError otherwise."""
+    if not isinstance(text, str):
+        raise ValidationError(f"{field} must be lowercase hex text, got {type(text).__name__}")
     if not text or len(text) > 16 or any(c not in "0123456789abcdef" for c in text):
         raise ValidationError(f"{field} {text!r} is not lowercase hex of at most 16 digits")
     return int(text, 16)
@@ -78,6 +81,8 @@ class ModelCardInstanceId:
         check_instance_id(self.instance_id)
         if self.model_suffix is not None and not isinstance(self.model_suffix, str):
             raise ValidationError(f"model_suffix must be a string or None, got {type(self.model_suffix).__name__}")
+        if self.model_suffix:
+            check_unicode(self.model_suffix, "model_suffix")
         if self.model_suffix == "":  # the path omits an empty suffix, so the identity does too
             object.__setattr__(self, "model_suffix", None)
 
@@ -100,6 +105,7 @@ class EventChannelInstanceId:
     kind = RecordKind.EVENT_CHANNEL
 
     def __post_init__(self) -> None:
+        _check_scope(self.scope)
         check_name(self.topic, "topic")
         check_instance_id(self.instance_id)
 
@@ -116,6 +122,7 @@ class EventSourceInstanceId:
     kind = RecordKind.EVENT_SOURCE
 
     def __post_init__(self) -> None:
+        _check_scope(self.scope)
         check_name(self.topic, "topic")
         check_instance_id(self.publisher_id, "publisher_id")
 
@@ -132,10 +139,22 @@ def _check_endpoint_names(namespace: str, component: str, endpoint: str) -> None
     check_name(endpoint, "endpoint", allow_slash=False)
 
 
+def _check_scope(scope: object) -> None:
+    if not isinstance(scope, EventScope):
+        raise ValidationError(f"scope must be an EventScope, got {type(scope).__name__}")
+
+
 def id_from_path(kind: RecordKind, path: str) -> DiscoveryInstanceId:
-    """Parse an identity path of the given kind; ValidationError when it is malformed."""
+    """Parse an identity path of the given kind.
+
+    ValidationError when ``kind`` is not a RecordKind, ``path`` is not a non-empty string, or
+    the path is malformed for its kind (wrong segments, bad names or percent escapes, an id
+    that is not lowercase hex of at most 16 digits).
+    """
+    if not isinstance(kind, RecordKind):
+        raise ValidationError(f"kind must be a RecordKind (e.g. RecordKind.ENDPOINT), got {type(kind).__name__}")
     if not isinstance(path, str) or not path:
-        raise ValidationError(f"{kind.value} path must be a non-empty string")
+        raise ValidationError(f"{kind.value} path must be a non-empty string, got {_describe_path(path)}")
     if kind is RecordKind.ENDPOINT:
         parts = path.split("/")
         if len(parts) != 4:
@@ -154,3 +173,7 @@ def id_from_path(kind: RecordKind, path: str) -> DiscoveryInstanceId:
     if kind is RecordKind.EVENT_CHANNEL:
         return EventChannelInstanceId(scope, topic, number)
     return EventSourceInstanceId(scope, topic, number)
+
+
+def _describe_path(path: object) -> str:
+    return "an empty string" if path == "" else type(path).__name__

@@ -21,6 +21,7 @@ from .identity import (
     ModelCardInstanceId,
     RecordKind,
 )
+from .jsonsafe import storable
 from .scope import EndpointId, EventScope
 from .transports import EventTransport, Transport
 from .validation import require, require_object
@@ -274,6 +275,20 @@ def instance_from_json(raw: bytes | str) -> DiscoveryInstance:
     except orjson.JSONDecodeError as exc:
         raise ValidationError(f"record is not valid JSON: {exc}") from None
     return instance_from_dict(data)
+
+
+def stored_form(instance: DiscoveryInstance) -> DiscoveryInstance:
+    """``instance`` as every backend will return it once stored: the instance itself, or (when
+    it holds tuples, stored as arrays) an equal instance rebuilt from its parsed JSON.
+
+    ValidationError naming the offending field (``card_json["runtime_config"]["x"]``) and what
+    is allowed when its JSON is not what the reference runtime reads back unchanged (the rules
+    are in :mod:`discovery_sync.jsonsafe`). Callers check before writing, so a refusal leaves
+    the store unchanged, on every backend alike.
+    """
+    data = instance.to_dict()
+    stored = storable(data, lambda: f"{instance.kind.value} {instance.id().to_path()}")
+    return instance if stored is data else instance_from_dict(stored)
 
 
 def instance_to_json(instance: DiscoveryInstance) -> bytes:

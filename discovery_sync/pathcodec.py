@@ -30,19 +30,35 @@ _SEGMENT_TABLE = _table(SEGMENT_SAFE)
 _FILENAME_TABLE = _table(FILENAME_SAFE)
 
 
+def _utf8(text: str) -> bytes:
+    """The UTF-8 of ``text``; ValidationError for a non-string or text with lone surrogates."""
+    if not isinstance(text, str):
+        raise ValidationError(f"expected text to percent-encode, got {type(text).__name__}")
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidationError(f"{text!r} is not valid UTF-8 (it holds lone surrogates)") from None
+
+
 def encode_segment(text: str) -> str:
-    """Encode one identity-path segment (event channel / event source paths)."""
-    return "".join(_SEGMENT_TABLE[b] for b in text.encode("utf-8"))
+    """Encode one identity-path segment (event channel / event source paths).
+
+    ValidationError when ``text`` is not a str of valid Unicode (no lone surrogates).
+    """
+    return "".join(_SEGMENT_TABLE[b] for b in _utf8(text))
 
 
 _COMMON_KEY = re.compile(r"[A-Za-z0-9/_.-]*")
 
 
 def encode_filename(text: str) -> str:
-    """Encode a whole key (slashes included) into one file name of the file store."""
-    if _COMMON_KEY.fullmatch(text):  # the usual keys: a few replaces instead of a pass per byte
+    """Encode a whole key (slashes included) into one file name of the file store.
+
+    ValidationError when ``text`` is not a str of valid Unicode (no lone surrogates).
+    """
+    if isinstance(text, str) and _COMMON_KEY.fullmatch(text):  # the usual keys: a few replaces, not a pass per byte
         return text.replace("/", "%2F").replace("-", "%2D").replace("_", "%5F").replace(".", "%2E")
-    return "".join(_FILENAME_TABLE[b] for b in text.encode("utf-8"))
+    return "".join(_FILENAME_TABLE[b] for b in _utf8(text))
 
 
 def decode(text: str) -> str:

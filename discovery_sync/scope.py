@@ -104,8 +104,14 @@ class EventScope:
         if kind == "component":
             return cls(require(data, "namespace", "component scope"), require(data, "component", "component scope"))
         if kind == "endpoint":
-            endpoint = EndpointId.from_dict(require(data, "endpoint", "endpoint scope"))
-            return cls.for_endpoint(endpoint)
+            # read as the constructor checks scope names (a '/' is fine: scope paths are
+            # percent-encoded), not as an EndpointId, which refuses '/' for unencoded endpoint keys
+            endpoint = require_object(require(data, "endpoint", "endpoint scope"), "endpoint scope endpoint")
+            return cls(
+                require(endpoint, "namespace", "endpoint scope"),
+                require(endpoint, "component", "endpoint scope"),
+                require(endpoint, "name", "endpoint scope"),
+            )
         raise ValidationError(f"unknown event scope kind {kind!r}: expected namespace, component or endpoint")
 
     def to_path(self) -> str:

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .errors import ValidationError
+from .validation import check_unicode
 
 TOPOLOGY_TAINT_PREFIX = "dynamo.topology/"
 
@@ -50,8 +51,8 @@ def topology_taints(card: dict[str, Any]) -> frozenset[str]:
         return frozenset()
     derived = set()
     for domain, value in domains.items():
-        if not isinstance(value, str):
-            raise ValidationError("model card runtime_config.topology_domains values must be strings")
+        if not isinstance(domain, str) or not isinstance(value, str):
+            raise ValidationError("model card runtime_config.topology_domains must map strings to strings")
         domain, value = domain.strip(), value.strip()
         if domain and value:
             derived.add(f"{TOPOLOGY_TAINT_PREFIX}{domain}={value}")
@@ -66,6 +67,7 @@ def check_caller_taints(taints: Iterable[str]) -> frozenset[str]:
     for taint in taints:
         if not isinstance(taint, str) or not taint:
             raise ValidationError(f"every taint must be a non-empty string, got {taint!r}")
+        check_unicode(taint, "taint")
         if taint.startswith(TOPOLOGY_TAINT_PREFIX):
             raise ValidationError(
                 f"taint {taint!r} uses the reserved prefix {TOPOLOGY_TAINT_PREFIX!r}; "

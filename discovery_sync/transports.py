@@ -123,8 +123,8 @@ class EventTransport:
             return ZmqTransport(require(config, "endpoint", "Zmq config"))
         if tag == "ZmqBroker":
             return ZmqBrokerTransport(
-                _string_tuple(require(config, "xsub_endpoints", "ZmqBroker config"), "xsub_endpoints"),
-                _string_tuple(require(config, "xpub_endpoints", "ZmqBroker config"), "xpub_endpoints"),
+                require(config, "xsub_endpoints", "ZmqBroker config"),
+                require(config, "xpub_endpoints", "ZmqBroker config"),
             )
         raise ValidationError(f"unknown event transport kind {tag!r}: expected Nats, Zmq or ZmqBroker")
 
@@ -172,8 +172,9 @@ class ZmqBrokerTransport(EventTransport):
     tag = "ZmqBroker"
 
     def __post_init__(self) -> None:
-        for endpoint in (*self.xsub_endpoints, *self.xpub_endpoints):
-            require_str(endpoint, "zmq broker endpoint")
+        # lists are accepted and kept as tuples, so the transport stays hashable
+        object.__setattr__(self, "xsub_endpoints", _endpoint_tuple(self.xsub_endpoints, "xsub_endpoints"))
+        object.__setattr__(self, "xpub_endpoints", _endpoint_tuple(self.xpub_endpoints, "xpub_endpoints"))
         if not self.xsub_endpoints:
             raise ValidationError("a ZmqBroker transport needs at least one xsub endpoint")
 
@@ -187,7 +188,10 @@ class ZmqBrokerTransport(EventTransport):
         return {"xsub_endpoints": list(self.xsub_endpoints), "xpub_endpoints": list(self.xpub_endpoints)}
 
 
-def _string_tuple(value: Any, field: str) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise ValidationError(f"{field} must be an array of strings, got {value!r}")
+def _endpoint_tuple(value: Any, field: str) -> tuple[str, ...]:
+    """A tuple or list of strings, as a tuple; a lone string is refused rather than split into characters."""
+    if not isinstance(value, (tuple, list)):
+        raise ValidationError(f"{field} must be a list or tuple of strings, got {type(value).__name__}")
+    for endpoint in value:
+        require_str(endpoint, f"each of {field}")
     return tuple(value)

@@ -35,6 +35,22 @@ def check_name(value: Any, field: str, *, allow_slash: bool = True) -> str:
     return value
 
 
+def is_unicode(text: str) -> bool:
+    """Whether a str is valid Unicode: no lone surrogates (``os.fsdecode`` makes them of bad bytes)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def check_unicode(value: str, field: str) -> str:
+    """``value`` when it is valid Unicode text; ValidationError naming ``field`` otherwise."""
+    if not is_unicode(value):
+        raise ValidationError(f"{field} {value!r} is not valid Unicode text (it holds a lone surrogate)")
+    return value
+
+
 def check_instance_id(value: Any, field: str = "instance_id", *, maximum: int = U64_MAX) -> int:
     """An unsigned 64-bit id (or smaller, with ``maximum``)."""
     if isinstance(value, bool) or not isinstance(value, int):

@@ -1,0 +1,104 @@
+"""Stored records: whatever bytes or JSON a store holds, parsing gives a valid instance or a
+ValidationError, and what parses writes back as itself."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from hypothesis import given
+from hypothesis import strategies as st
+
+import discovery_sync as ds
+from discovery_sync.model import stored_form
+from tests.fuzz.strategies import (
+    FUZZ,
+    VALID_RECORDS,
+    any_values,
+    damaged_bytes,
+    instances,
+    json_values,
+    mutated_records,
+    only_discovery_errors,
+)
+
+valid_records = st.sampled_from(VALID_RECORDS)
+generated_records = instances.map(lambda instance: instance.to_dict())
+
+
+def assert_well_formed(instance: ds.DiscoveryInstance) -> None:
+    """A parsed instance is usable: it hashes, its id round-trips, and its JSON parses back as itself."""
+    hash(instance)
+    repr(instance)
+    assert ds.id_from_path(instance.kind, instance.id().to_path()) == instance.id()
+    assert ds.instance_from_json(ds.instance_to_json(instance)) == instance
+    assert stored_form(instance) == instance
+
+
+def check_parse(raw: bytes | str) -> None:
+    instance = only_discovery_errors(ds.instance_from_json, raw)
+    if instance is not None:
+        assert_well_formed(instance)
+
+
+def test_every_valid_record_parses():
+    for record in VALID_RECORDS:
+        assert_well_formed(ds.instance_from_dict(record))
+
+
+@FUZZ
+@given(instances)
+def test_generated_instances_round_trip_through_their_json(instance):
+    assert_well_formed(instance)
+    assert ds.instance_from_dict(orjson.loads(ds.instance_to_json(instance))) == instance
+
+
+@FUZZ
+@given(st.binary(max_size=200))
+def test_arbitrary_bytes(raw):
+    check_parse(raw)
+
+
+@FUZZ
+@given(st.text(max_size=100))
+def test_arbitrary_text_surrogates_included(raw):
+    check_parse(raw)
+
+
+@FUZZ
+@given(json_values)
+def test_arbitrary_json(value):
+    check_parse(orjson.dumps(value))
+
+
+@FUZZ
+@given(mutated_records(valid_records | generated_records))
+def test_mutated_records(record):
+    check_parse(orjson.dumps(record))
+
+
+@FUZZ
+@given(st.data())
+def test_damaged_bytes_of_valid_records(data):
+    record = data.draw(valid_records | generated_records)
+    check_parse(data.draw(damaged_bytes(orjson.dumps(record))))
+
+
+@FUZZ
+@given(st.data())
+def test_instance_from_dict_with_python_values_in_any_field(data):
+    """Callers of instance_from_dict may hand over any Python values, not only parsed JSON."""
+    record: dict[str, Any] = dict(data.draw(valid_records))
+    key = data.draw(st.sampled_from(sorted(record)))
+    record[key] = data.draw(any_values)
+    instance = only_discovery_errors(ds.instance_from_dict, record)
+    if instance is not None:
+        hash(instance)
+        instance.id().to_path()
+
+
+@FUZZ
+@given(any_values)
+def test_instance_from_dict_and_json_of_anything(value):
+    only_discovery_errors(ds.instance_from_dict, value)
+    only_discovery_errors(ds.instance_from_json, value)
