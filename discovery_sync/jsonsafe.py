@@ -49,8 +49,9 @@ _Problem = tuple[str, str]  # (path, what is wrong there)
 
 
 def storable(value: Any, subject: Callable[[], str]) -> Any:
-    """``value`` if every reader parses its JSON back as an equal value, else the value readers
-    will see (only when tuples or equal-comparing subclasses made the difference).
+    """The value every reader will see: ``value`` parsed back from its JSON (a copy sharing
+    nothing with ``value``; tuples became lists), when that is equal to ``value`` but for
+    tuples and equal-comparing subclasses.
 
     ValidationError, before anything is written, when ``value`` is not storable (see the module
     docstring): the message names ``subject()`` (e.g. ``"model ns/c/e/2a"``), the path of the
@@ -67,7 +68,7 @@ def storable(value: Any, subject: Callable[[], str]) -> Any:
     except orjson.JSONDecodeError as exc:  # an orjson.Fragment can carry anything
         raise _refusal(value, subject, fallback=f"its JSON does not parse back: {exc}") from None
     if _equal(parsed, value):
-        return value
+        return parsed
     # converted on the way (NaN became null, a datetime a string, a tuple an array): refused
     # unless only tuples and equal-comparing subclasses made the difference
     _raise_for_problem(value, subject)

@@ -278,8 +278,9 @@ def instance_from_json(raw: bytes | str) -> DiscoveryInstance:
 
 
 def stored_form(instance: DiscoveryInstance) -> DiscoveryInstance:
-    """``instance`` as every backend will return it once stored: the instance itself, or (when
-    it holds tuples, stored as arrays) an equal instance rebuilt from its parsed JSON.
+    """``instance`` as every backend will return it once stored: an equal instance rebuilt from
+    its JSON, sharing no mutable part with ``instance`` (a caller changing its card dict after
+    ``register()`` changes neither the store nor the returned instance; tuples became lists).
 
     ValidationError naming the offending field (``card_json["runtime_config"]["x"]``) and what
     is allowed when its JSON is not what the reference runtime reads back unchanged (the rules
@@ -288,7 +289,7 @@ def stored_form(instance: DiscoveryInstance) -> DiscoveryInstance:
     """
     data = instance.to_dict()
     stored = storable(data, lambda: f"{instance.kind.value} {instance.id().to_path()}")
-    return instance if stored is data else instance_from_dict(stored)
+    return instance_from_dict(stored)
 
 
 def instance_to_json(instance: DiscoveryInstance) -> bytes:

@@ -23,6 +23,7 @@ EXIT_USAGE_ERROR = 2  # bad arguments, an unreadable or invalid spec, bad JSON, 
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
 EXIT_BROKEN_PIPE = 141  # stdout closed early, as in ``discovery-sync list | head -1`` (128 + SIGPIPE)
 DEBUG_ENV = "DISCOVERY_SYNC_DEBUG"
+MAX_SPEC_BYTES = 64 << 20  # far above any spec list; reading stops there (register /dev/zero)
 SCOPE_EXAMPLE = """--scope '{"kind": "namespace", "name": "ns"}'"""
 _OPEN_ERRORS = {
     errno.ENOENT: "it does not exist",
@@ -59,17 +60,22 @@ def _parse_scope(text: str) -> dict[str, Any]:
 
 
 def _read_spec_source(path: str) -> bytes:
-    """The bytes of the spec file (``-``: stdin); an unreadable file is a ValidationError saying why."""
-    if path == "-":
-        return sys.stdin.buffer.read()
+    """The bytes of the spec file (``-``: stdin); an unreadable or oversized file (``/dev/zero``)
+    is a ValidationError saying why."""
     try:
-        with open(path, "rb") as file:
-            return file.read()
+        if path == "-":
+            data = sys.stdin.buffer.read(MAX_SPEC_BYTES + 1)
+        else:
+            with open(path, "rb") as file:
+                data = file.read(MAX_SPEC_BYTES + 1)
     except OSError as exc:
         reason = _OPEN_ERRORS.get(exc.errno or 0, exc.strerror or str(exc))
         raise ds.ValidationError(
             f"cannot read the spec file {path}: {reason}; give the path of a JSON spec file, or - for stdin"
         ) from None
+    if len(data) > MAX_SPEC_BYTES:
+        raise ds.ValidationError(f"the spec file {path} is larger than {MAX_SPEC_BYTES >> 20} MiB: it cannot be a spec")
+    return data
 
 
 def _load_specs(path: str) -> list[DiscoverySpec]:

@@ -104,3 +104,14 @@ def test_storable_edge_values_come_back_equal_and_tuples_as_lists(rig):
     expected = {**edges, "tuple": [1, ["a", None]]}
     assert stored.card_json["runtime_config"]["x"] == expected
     assert reader.list(ds.Query.models()) == [stored]
+
+
+def test_changing_the_registered_card_afterwards_changes_nothing_stored(rig):
+    owner, reader = rig.client(), rig.client()
+    card = {"display_name": "m", "runtime_config": {"x": [1]}}
+    stored = owner.register(ds.ModelSpec("ns", "backend", "other", card))
+    card["runtime_config"]["x"].append(2)
+    card["display_name"] = "changed"
+    listed = reader.list(ds.Query.models())
+    assert [m.card_json for m in listed] == [stored.card_json]
+    assert stored.card_json["runtime_config"]["x"] == [1] and stored.card_json["display_name"] == "m"

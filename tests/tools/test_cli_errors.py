@@ -86,6 +86,7 @@ USAGE_ERRORS: dict[str, tuple[Callable[[Path], list[str]], list[str]]] = {
     "spec is a string": (lambda tmp: ["register", write(tmp / "s.json", b'"x"')], ["must be a JSON object"]),
     "spec list holding a number": (lambda tmp: ["register", write(tmp / "s.json", b"[1]")], ["item 0 is not a valid"]),
     "spec is an empty list": (lambda tmp: ["register", write(tmp / "s.json", b"[]")], ["nothing to register"]),
+    "endless spec file": (lambda tmp: ["register", "/dev/zero"], ["/dev/zero is larger than 64 MiB"]),
     "scope not JSON": (lambda tmp: ["list", "--scope", "{bad"], ["--scope is not valid JSON", "example: --scope"]),
     "scope not an object": (lambda tmp: ["list", "--scope", "[1]"], ["--scope must be a JSON object, got list"]),
     "scope without its kind": (lambda tmp: ["list", "--scope", "{}"], ["missing the field 'kind'"]),
