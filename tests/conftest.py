@@ -1,13 +1,12 @@
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Iterator
 
 import pytest
 
 from tests.etcd_server import EtcdServer
-from tests.helpers import LogCatcher
+from tests.helpers import LogCatcher, caught_logs
 from tests.peer import Peer
 
 
@@ -48,10 +47,5 @@ def escaped() -> Iterator[list[threading.ExceptHookArgs]]:
 @pytest.fixture
 def thread_log() -> Iterator[LogCatcher]:
     """Warnings and errors of every discovery_sync logger during the test."""
-    catcher = LogCatcher()
-    logger = logging.getLogger("discovery_sync")
-    logger.addHandler(catcher)
-    try:
+    with caught_logs("discovery_sync") as catcher:
         yield catcher
-    finally:
-        logger.removeHandler(catcher)

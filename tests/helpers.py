@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import discovery_sync as ds
@@ -113,3 +115,15 @@ class LogCatcher(logging.Handler):
     def matching(self, text: str) -> list[str]:
         with self._changed:
             return [m for m in self.messages if text in m]
+
+
+@contextlib.contextmanager
+def caught_logs(logger_name: str, level: int = logging.WARNING) -> Iterator[LogCatcher]:
+    """A LogCatcher attached to the logger ``logger_name`` while the block runs."""
+    catcher = LogCatcher(level)
+    logger = logging.getLogger(logger_name)
+    logger.addHandler(catcher)
+    try:
+        yield catcher
+    finally:
+        logger.removeHandler(catcher)

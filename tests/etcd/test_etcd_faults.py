@@ -7,7 +7,6 @@ import signal
 import socket
 import threading
 import time
-import uuid
 
 import pytest
 
@@ -17,11 +16,6 @@ from tests.peer import Peer
 from tests.tcp_proxy import TcpProxy
 
 TTL = 2
-
-
-@pytest.fixture
-def prefix() -> str:
-    return f"faults-{uuid.uuid4().hex}"
 
 
 @pytest.fixture

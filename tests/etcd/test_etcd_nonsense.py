@@ -16,7 +16,6 @@ import resource
 import socket
 import threading
 import time
-import uuid
 import weakref
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -168,11 +167,6 @@ class NonsenseProxy:
 
 
 @pytest.fixture
-def prefix() -> str:
-    return f"nonsense-{uuid.uuid4().hex}"
-
-
-@pytest.fixture
 def direct_url(etcd_server, prefix) -> str:
     return f"etcd://127.0.0.1:{etcd_server.client_port}/{prefix}?ttl=30"
 
@@ -185,16 +179,10 @@ def proxy(etcd_server) -> Iterator[NonsenseProxy]:
 
 
 @pytest.fixture(autouse=True)
-def uncaught() -> Iterator[list[threading.ExceptHookArgs]]:
+def uncaught(escaped: list[threading.ExceptHookArgs]) -> Iterator[list[threading.ExceptHookArgs]]:
     """What reached threading.excepthook during the test: it must stay empty."""
-    caught: list[threading.ExceptHookArgs] = []
-    previous = threading.excepthook
-    threading.excepthook = caught.append
-    try:
-        yield caught
-    finally:
-        threading.excepthook = previous
-    assert not caught, [(args.thread, args.exc_value) for args in caught]
+    yield escaped
+    assert not escaped, [(args.thread, args.exc_value) for args in escaped]
 
 
 @pytest.fixture

@@ -1,12 +1,11 @@
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import LogCatcher
+from tests.helpers import LogCatcher, caught_logs
 
 
 @pytest.fixture
@@ -16,10 +15,5 @@ def store(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def warnings() -> Iterator[LogCatcher]:
-    catcher = LogCatcher()
-    logger = logging.getLogger("discovery_sync.backends.file")
-    logger.addHandler(catcher)
-    try:
+    with caught_logs("discovery_sync.backends.file") as catcher:
         yield catcher
-    finally:
-        logger.removeHandler(catcher)
