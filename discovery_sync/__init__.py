@@ -11,6 +11,7 @@ with ds.connect("file:///tmp/store") as client:
 
 from .connect import connect, default_url
 from .discovery import CollectedGarbage, Discovery
+from .endpoint_leases import EndpointLease
 from .errors import (
     BackendUnavailable,
     ClientClosed,
@@ -32,6 +33,7 @@ from .identity import (
     RecordKind,
     id_from_path,
 )
+from .live_view import LiveView
 from .model import (
     DiscoveryInstance,
     Endpoint,
@@ -55,6 +57,7 @@ from .transports import (
     ZmqBrokerTransport,
     ZmqTransport,
 )
+from .typed_cards import card_as, card_json_of
 from .watch import Watch, WatchTimeout
 
 __version__ = "0.1.0"
@@ -73,6 +76,8 @@ __all__ = [
     "Endpoint",
     "EndpointId",
     "EndpointInstanceId",
+    "EndpointLease",
+    "LiveView",
     "EndpointSpec",
     "EventChannel",
     "EventChannelInstanceId",
@@ -104,6 +109,8 @@ __all__ = [
     "WatchTimeout",
     "ZmqBrokerTransport",
     "ZmqTransport",
+    "card_as",
+    "card_json_of",
     "connect",
     "default_url",
     "id_from_path",

@@ -13,10 +13,12 @@ import contextlib
 import dataclasses
 import logging
 import threading
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
+from .endpoint_leases import EndpointLease, EndpointLeases
 from .errors import ClientClosed, ConflictError, DiscoveryError, NotFoundError, ValidationError
+from .events import DiscoveryEvent
 from .identity import DiscoveryInstanceId, ModelCardInstanceId, RecordKind
 from .model import DiscoveryInstance, EventSource, Model, stored_form
 from .model_cards import check_replay, conflict_error, find_conflict, find_conflicts
@@ -25,6 +27,9 @@ from .reconcile import ordered
 from .specs import DiscoverySpec, EndpointSpec, EventChannelSpec, EventSourceSpec, ModelSpec
 from .taints import check_caller_taints, normalized_card, taints_of, with_taints
 from .watch import DEFAULT_WATCH_QUEUE_SIZE, Watch, WatchFeed
+
+if TYPE_CHECKING:
+    from .live_view import LiveView
 
 log = logging.getLogger(__name__)
 
@@ -202,6 +207,33 @@ class Discovery(abc.ABC):
         with self._api_lock:
             return ordered(self._owned.values())
 
+    _endpoint_leases: EndpointLeases | None = None  # created by the first lease_endpoint()
+
+    def lease_endpoint(self, spec: EndpointSpec) -> EndpointLease:
+        """A lease of an endpoint registration shared by every part of the process serving it.
+
+        The first lease of an endpoint id registers the endpoint; later leases share that
+        registration, which is removed once the last lease is released (``release()`` or the
+        end of a ``with`` block). A lease with a different value for a leased id raises
+        ConflictError and leaves the other leases alone.
+
+        A registration stored before the first lease with the same value (made by this client's
+        ``register()``, or by another client with the same instance id) is borrowed: it stays
+        when every lease is released. A different stored value raises ConflictError.
+
+        The last release retries a failing unregister with backoff (50 ms doubling to 5 s) until
+        it succeeds, the record is gone, or the client shuts down. A lease taken after a release
+        registers again even while a listing still shows the removed record.
+
+        Only an EndpointSpec can be leased (ValidationError otherwise); ClientClosed after shutdown().
+        """
+        with self._api_lock:
+            self._check_open()
+            if self._endpoint_leases is None:
+                self._endpoint_leases = EndpointLeases(self)
+            leases = self._endpoint_leases
+        return leases.acquire(spec)
+
     # -- reading ----------------------------------------------------------------------------------
     def list(self, query: Query) -> list[DiscoveryInstance]:
         """The records matching ``query`` now, in a stable order."""
@@ -220,6 +252,32 @@ class Discovery(abc.ABC):
         feed = WatchFeed(query, maxsize=queue_size)
         self._open_feed(feed)
         return Watch(feed)
+
+    def live_view(
+        self,
+        query: Query,
+        extract: Callable[[Any], Any] | None = None,
+        *,
+        base_models_only: bool = False,
+        key: Callable[[DiscoveryInstance], Any] | None = None,
+        on_change: Callable[[Mapping[Any, Any], DiscoveryEvent], None] | None = None,
+        card_type: type[Any] | None = None,
+    ) -> LiveView[Any, Any]:
+        """A read-only mapping ``key → extract(record)`` of the records matching ``query``, kept
+        current by a background thread (the reference's ``watch_and_extract_field``; with
+        ``base_models_only``, its ``watch_and_extract_base_model_field``). ``extract`` receives
+        a model card's ``card_json`` (as a ``card_type``, e.g. a dataclass, when one is given)
+        and other records whole; keys are instance ids unless ``key`` says otherwise. Complete
+        when it returns; see :class:`LiveView` for the rules.
+        ``view.close()`` or this client's ``shutdown()`` stops it.
+        """
+        from .live_view import LiveView
+
+        _check_query(query)
+        self._check_open()
+        return LiveView(
+            self, query, extract, base_models_only=base_models_only, key=key, on_change=on_change, card_type=card_type
+        )
 
     def check_connection(self) -> None:
         """Probe the store without registering anything; BackendUnavailable when it fails."""
@@ -258,6 +316,8 @@ class Discovery(abc.ABC):
             if self._closed:
                 return
             self._closed = True
+            if self._endpoint_leases is not None:  # a release retrying its unregister returns
+                self._endpoint_leases.cancel()
             owned, self._owned = self._owned, {}
             for instance_id in owned:
                 try:

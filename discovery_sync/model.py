@@ -9,10 +9,11 @@ JSON objects they hold (``card_json``, ``metadata``, opaque ``device_type``) as 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
+from . import typed_cards
 from .errors import ValidationError
 from .identity import (
     EndpointInstanceId,
@@ -28,8 +29,22 @@ from .validation import require, require_object
 
 REQUEST_PLANE_CODECS = ("json", "msgpack")
 
+_T = TypeVar("_T")
 
-class _ServedOnEndpoint:
+
+class _Record:
+    """What every kind of record offers besides its fields."""
+
+    __slots__ = ()
+
+    def card_as(self, cls: type[_T]) -> _T:
+        """A Model's card as a ``cls`` (a dataclass, a pydantic model, a mapping type, ...): the
+        reference's ``deserialize_model``; the rules are :func:`discovery_sync.typed_cards.card_as`'s.
+        ValidationError when the card does not fit ``cls``, and for the other kinds of record."""
+        return typed_cards.card_as(self, cls)
+
+
+class _ServedOnEndpoint(_Record):
     """Records that belong to one request-plane endpoint (endpoints and model cards)."""
 
     __slots__ = ()
@@ -150,7 +165,7 @@ class Model(_ServedOnEndpoint):
 
 
 @dataclass(frozen=True, slots=True)
-class EventChannel:
+class EventChannel(_Record):
     """Where an instance publishes events of one topic (e.g. KV-cache events)."""
 
     scope: EventScope
@@ -198,7 +213,7 @@ class EventChannel:
 
 
 @dataclass(frozen=True, slots=True)
-class EventSource:
+class EventSource(_Record):
     """A publisher of events, identified by its own ``publisher_id``; its descriptor is immutable."""
 
     scope: EventScope

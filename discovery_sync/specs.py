@@ -13,6 +13,7 @@ from .errors import ValidationError
 from .model import DiscoveryInstance, Endpoint, EventChannel, EventSource, Model
 from .scope import EventScope
 from .transports import EventTransport, Transport
+from .typed_cards import card_json_of
 from .validation import require, require_object
 
 
@@ -44,6 +45,16 @@ class ModelSpec:
     endpoint: str
     card_json: dict[str, Any] = field(hash=False)
     model_suffix: str | None = None
+
+    @classmethod
+    def from_card(
+        cls, namespace: str, component: str, endpoint: str, card: Any, model_suffix: str | None = None
+    ) -> ModelSpec:
+        """A spec whose ``card_json`` is ``card`` (a mapping, a dataclass or a pydantic model) as JSON,
+        per :func:`~discovery_sync.typed_cards.card_json_of`: the reference's ``DiscoverySpec::from_model``
+        (``from_model_with_suffix`` with ``model_suffix``). ValidationError for another kind of card;
+        values that are not storable JSON are refused by ``register()``, as for any spec."""
+        return cls(namespace, component, endpoint, card_json_of(card), model_suffix)
 
     def to_instance(self, instance_id: int) -> Model:
         return Model(self.namespace, self.component, self.endpoint, instance_id, self.card_json, self.model_suffix)

@@ -92,7 +92,14 @@ class Peer:
         return {}
 
     async def cmd_register_model(
-        self, endpoint: str, path: str, name: str, taints: list[str] = (), topology: dict | None = None
+        self,
+        endpoint: str,
+        path: str,
+        name: str,
+        taints: list[str] = (),
+        topology: dict | None = None,
+        lora_name: str | None = None,
+        base_model_path: str | None = None,
     ) -> dict:
         config = ModelRuntimeConfig()
         if taints:
@@ -107,6 +114,8 @@ class Peer:
             name,
             worker_type=WorkerType.Aggregated,
             runtime_config=config,
+            lora_name=lora_name,
+            base_model_path=base_model_path,
         )
         return {}
 

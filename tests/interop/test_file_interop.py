@@ -113,6 +113,27 @@ def test_models_and_taints_cross_in_both_directions(client, rust_peer, tiny_mode
     assert updated["runtime_config"]["taints"] == ["b", "gpu=none"]
 
 
+def test_a_base_model_live_view_shows_one_entry_for_a_rust_worker_with_a_lora_card(client, rust_peer, tiny_model):
+    peer = rust_peer()
+    rust_id = peer.call("serve", endpoint=ENDPOINT)["instance_id"]
+    query = ds.Query.models("pyns", "backend", "generate")
+    names = client.live_view(query, lambda card: card["display_name"], base_models_only=True)
+    every_card = client.live_view(query, lambda card: card["display_name"], key=lambda model: model.id())
+    with names, every_card:
+        peer.call("register_model", endpoint=ENDPOINT, path=str(tiny_model), name="tiny")
+        peer.call(
+            "register_model",
+            endpoint=ENDPOINT,
+            path=str(tiny_model),
+            name="tiny-adapter",
+            lora_name="adapter-a",
+            base_model_path=str(tiny_model),
+        )
+        cards = every_card.wait_for(lambda m: len(m) == 2, timeout=10)
+        assert sorted(i.model_suffix or "" for i in cards) == ["", "adapter-a"]  # the LoRA card is in the store
+        assert names.wait_for(lambda m: len(m) == 1, timeout=10) == {rust_id: "tiny"}
+
+
 def rust_cards(peer, instance_id: int, done, timeout: float = 5.0):
     """Poll the reference peer's view of one worker's model card until ``done(card)``."""
     deadline = time.monotonic() + timeout
