@@ -103,6 +103,7 @@ class LiveView(Mapping[K, V]):
         self._records: dict[DiscoveryInstanceId, DiscoveryInstance] = {}
         self._entries: dict[DiscoveryInstanceId, tuple[Any, Any]] = {}  # id -> (key, value)
         self._by_key: dict[Any, dict[DiscoveryInstanceId, Any]] = {}  # key -> {id: value}, oldest first
+        self._values: dict[Any, Any] = {}  # key -> the value shown: that of the most recent id in _by_key
         self._version = 0
         self._snapshot: tuple[int, Mapping[K, V]] | None = None
         self._failure: BaseException | None = None
@@ -134,26 +135,22 @@ class LiveView(Mapping[K, V]):
     def get(self, key: Any, default: Any = None) -> Any:
         with self._changed:
             self._raise_if_stopped()
-            values = self._by_key.get(key)
-            return next(reversed(values.values())) if values else default
+            return self._values.get(key, default)
 
     def __getitem__(self, key: K) -> V:
         with self._changed:
             self._raise_if_stopped()
-            values = self._by_key.get(key)
-            if not values:
-                raise KeyError(key)
-            return next(reversed(values.values()))  # type: ignore[no-any-return]
+            return self._values[key]  # type: ignore[no-any-return]
 
     def __contains__(self, key: object) -> bool:
         with self._changed:
             self._raise_if_stopped()
-            return key in self._by_key
+            return key in self._values
 
     def __len__(self) -> int:
         with self._changed:
             self._raise_if_stopped()
-            return len(self._by_key)
+            return len(self._values)
 
     def __iter__(self) -> Iterator[K]:
         """The keys of a snapshot (changes during the iteration do not affect it)."""
@@ -169,7 +166,7 @@ class LiveView(Mapping[K, V]):
         return self.snapshot().values()
 
     def __repr__(self) -> str:
-        state = "failed" if self._failure else "closed" if self._closed else f"{len(self._by_key)} entries"
+        state = "failed" if self._failure else "closed" if self._closed else f"{len(self._values)} entries"
         return f"<LiveView {self.query} version={self._version} {state}>"
 
     def wait_for(self, predicate: Callable[[Mapping[K, V]], object], timeout: float | None = None) -> Mapping[K, V]:
@@ -268,7 +265,7 @@ class LiveView(Mapping[K, V]):
             with self._changed:
                 before = self._visible()
                 self._records = {i.id(): i for i in event.instances}
-                self._entries, self._by_key = {}, {}
+                self._entries, self._by_key, self._values = {}, {}, {}
                 for instance_id, (key, value) in entries.items():
                     self._put(instance_id, key, value)
                 return self._changed_from(before)
@@ -310,19 +307,23 @@ class LiveView(Mapping[K, V]):
     def _put(self, instance_id: DiscoveryInstanceId, key: Any, value: Any) -> None:
         self._entries[instance_id] = (key, value)
         self._by_key.setdefault(key, {})[instance_id] = value
+        self._values[key] = value
 
     def _drop(self, instance_id: DiscoveryInstanceId) -> bool:
         entry = self._entries.pop(instance_id, None)
         if entry is None:
             return False
-        values = self._by_key[entry[0]]
+        key = entry[0]
+        values = self._by_key[key]
         del values[instance_id]
-        if not values:
-            del self._by_key[entry[0]]
+        if values:
+            self._values[key] = next(reversed(values.values()))  # the most recent one still present
+        else:
+            del self._by_key[key], self._values[key]
         return True
 
     def _visible(self) -> dict[Any, Any]:
-        return {key: next(reversed(values.values())) for key, values in self._by_key.items()}
+        return dict(self._values)
 
     def _changed_from(self, before: dict[Any, Any]) -> bool:
         try:
