@@ -20,7 +20,7 @@ from .validation import check_instance_id, check_name, check_unicode
 
 
 class RecordKind(enum.Enum):
-    """The four kinds of record, each with its own bucket (§3 of the design)."""
+    """The four kinds of record, each with its own bucket (docs/design.md §3)."""
 
     ENDPOINT = "endpoint"
     MODEL = "model"

@@ -1,6 +1,6 @@
 """Change classification and snapshot reconciliation, shared by every backend.
 
-Rules (design §4): a new id is ``Added``; the same value is nothing; a model change that only
+Rules (docs/design.md §4): a new id is ``Added``; the same value is nothing; a model change that only
 alters its taints (as a set) is ``ModelTaintsUpdated``; any other model change is rejected and
 the last valid value kept; an endpoint change is ``Added`` (a replacement); same-id changes of
 event channels and sources are ignored.

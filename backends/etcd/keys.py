@@ -1,4 +1,4 @@
-"""Record keys in etcd: ``{root prefix}{bucket}/{identity path}`` (design §3), and back."""
+"""Record keys in etcd: ``{root prefix}{bucket}/{identity path}`` (docs/design.md §3), and back."""
 
 from __future__ import annotations
 

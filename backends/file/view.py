@@ -5,7 +5,7 @@ bytes changed (the view keeps a digest of them, not a copy), so a rescan of an u
 costs one ``stat`` per file. Atomic writers give every new content a new inode; a heartbeat
 only moves the mtime.
 
-Liveness (docs/design.md): a record is dead when its mtime has not changed for ``dead_after``
+Liveness (docs/design.md §6): a record is dead when its mtime has not changed for ``dead_after``
 seconds *of this reader's monotonic clock* (the TTL plus the mount's cache window), counted
 from the moment this reader first saw that mtime. Comparing mtimes with the local wall clock is
 never done, so skewed clocks between hosts cannot kill a live worker.

@@ -1,4 +1,4 @@
-"""Kubernetes backend: ``kube://`` (see :class:`KubeDiscovery` and DESIGN §8).
+"""Kubernetes backend: ``kube://`` (see :class:`KubeDiscovery` and docs/design.md §8).
 
 Identity comes from the Downward-API files in ``/etc/podinfo``, else ``POD_NAME``, ``POD_UID``
 and ``POD_NAMESPACE``; ``DYN_KUBE_DISCOVERY_MODE`` (``pod`` | ``container``) and

@@ -43,7 +43,7 @@ def spec_data(records: Iterable[DiscoveryInstance]) -> dict[str, dict[str, Any]]
 
 
 def worker_metadata_body(identity: PodIdentity, records: Iterable[DiscoveryInstance]) -> dict[str, Any]:
-    """The whole CR as this worker applies it (DESIGN §8): name, Pod ownerReference, spec.data."""
+    """The whole CR as this worker applies it (docs/design.md §8): name, Pod ownerReference, spec.data."""
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,

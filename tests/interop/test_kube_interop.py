@@ -360,7 +360,7 @@ def test_kube_rs_lists_watches_with_bookmarks_and_applies(rust_kube_peer, kube_s
 
 
 def test_a_failed_apply_is_not_retried_by_the_reference(rust_kube_peer, kube_server):
-    """DESIGN §8 has CR writes retried for 10 s; the 1.6.1 reference fails the call at once."""
+    """docs/design.md §8 has CR writes retried for 10 s; the 1.6.1 reference fails the call at once."""
     peer = rust_kube_peer("rust-0")
     rust_id = serve(peer, kube_server, "rust-0")
     kube_server.fail_next(1, 503, resource=WORKER_METADATA, verb="patch")

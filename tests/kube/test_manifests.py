@@ -1,4 +1,4 @@
-"""The CRD and RBAC manifests shipped with the backend match DESIGN §8."""
+"""The CRD and RBAC manifests shipped with the backend match docs/design.md §8."""
 
 from __future__ import annotations
 

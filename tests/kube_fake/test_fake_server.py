@@ -1,6 +1,6 @@
 """The fake API server, driven by the unmodified official ``kubernetes`` client and by raw HTTP.
 
-The raw-HTTP tests replay the requests DESIGN.md §8 measured from the reference runtime (kube-rs).
+The raw-HTTP tests replay the requests docs/design.md §8 measured from the reference runtime (kube-rs).
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def slices(api: client.ApiClient) -> client.DiscoveryV1Api:
 
 
 def worker_metadata(name: str, pod_uid: str, endpoints: dict[str, Any] | None = None, pod: str | None = None) -> dict:
-    """The apply body the reference runtime sends (DESIGN.md §8)."""
+    """The apply body the reference runtime sends (docs/design.md §8)."""
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "DynamoWorkerMetadata",
@@ -844,7 +844,7 @@ def test_fail_next_injects_errors(server: FakeKubeServer, core):
     assert raw(server, "GET", "/api/v1/namespaces/default/pods/worker-0")[0] == 200
 
 
-# ----- raw HTTP: what kube-rs sends (DESIGN.md §8) ----------------------------------------------------------
+# ----- raw HTTP: what kube-rs sends (docs/design.md §8) ---------------------------------------------------
 def test_reference_runtime_requests(server: FakeKubeServer):
     pod = server.create_pod("worker-0")
     server.upsert_endpoint_slice("dynamo", [("worker-0", pod["metadata"]["uid"], True)])

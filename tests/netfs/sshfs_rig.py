@@ -1,5 +1,5 @@
 """One directory mounted twice through sshfs over a loopback-only sshd: two "hosts" of a shared
-network filesystem on one machine (DESIGN §9).
+network filesystem on one machine (docs/design.md §9).
 
 ``SshfsRig`` makes a temporary directory holding a fresh host key, a client key pair, an
 ``authorized_keys`` and a minimal ``sshd_config``; starts ``/usr/sbin/sshd -D -e`` on a free port of

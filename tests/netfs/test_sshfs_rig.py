@@ -1,4 +1,4 @@
-"""The sshfs rig and the network-filesystem properties of DESIGN §9, measured on it.
+"""The sshfs rig and the network-filesystem properties of docs/design.md §9, measured on it.
 
 ``mount_a`` has sshfs's caches off, ``mount_b`` has sshfs's defaults; both are the same export
 directory seen by two "hosts". Timings go to the junit report (``record_property``), not stdout.

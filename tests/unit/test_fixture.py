@@ -1,4 +1,4 @@
-"""The stored v1.2 Kubernetes document in tests/fixtures must still be readable (DESIGN §2)."""
+"""The stored v1.2 Kubernetes document in tests/fixtures must still be readable (docs/design.md §2)."""
 
 from pathlib import Path
 

@@ -1,4 +1,4 @@
-"""Identity paths of the four record kinds (DESIGN §2 "Identity paths")."""
+"""Identity paths of the four record kinds (docs/design.md §2 "Identity paths")."""
 
 import pytest
 

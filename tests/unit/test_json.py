@@ -1,4 +1,4 @@
-"""The stored JSON of every instance variant (DESIGN §2): orjson round trips and bad input."""
+"""The stored JSON of every instance variant (docs/design.md §2): orjson round trips and bad input."""
 
 import orjson
 import pytest

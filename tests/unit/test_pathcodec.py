@@ -1,4 +1,4 @@
-"""Percent-encoding of identity-path segments and file names (DESIGN §2, §6)."""
+"""Percent-encoding of identity-path segments and file names (docs/design.md §2, §6)."""
 
 import contextlib
 import string

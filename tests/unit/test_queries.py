@@ -1,4 +1,4 @@
-"""Queries: constructors, matching and store-key prefixes (DESIGN §2 "Queries", §3)."""
+"""Queries: constructors, matching and store-key prefixes (docs/design.md §2 "Queries", §3)."""
 
 import pytest
 

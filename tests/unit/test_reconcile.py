@@ -1,4 +1,4 @@
-"""Change classification and snapshot diffs (DESIGN §4 "Change classification")."""
+"""Change classification and snapshot diffs (docs/design.md §4 "Change classification")."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""Model-card taints (DESIGN §4 update_model_taints) and model conflict / replay rules (§4 register)."""
+"""Model-card taints (docs/design.md §4 update_model_taints) and model conflict / replay rules (§4 register)."""
 
 import copy
 

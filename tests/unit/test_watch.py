@@ -1,4 +1,4 @@
-"""WatchFeed (producer side) and Watch (consumer side) without any backend (DESIGN §4, §5 "Watch")."""
+"""WatchFeed (producer side) and Watch (consumer side) without any backend (docs/design.md §4, §5 "Watch")."""
 
 import queue
 import threading
