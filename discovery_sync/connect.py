@@ -8,7 +8,7 @@ import urllib.parse
 from typing import Any
 
 from .discovery import Discovery
-from .errors import ValidationError
+from .errors import BackendUnavailable, ValidationError
 
 # URL scheme -> backend module (imported lazily, so `import discovery_sync` stays light)
 _SCHEMES = {
@@ -19,6 +19,9 @@ _SCHEMES = {
     "kube": "discovery_sync.backends.kube",
     "kubernetes": "discovery_sync.backends.kube",
 }
+
+# URL scheme -> the extra that installs its backend's client library (and that library's own)
+_EXTRAS = {"etcd": "etcd", "kube": "kube", "kubernetes": "kube"}
 
 # DYN_DISCOVERY_BACKEND value -> URL used when no URL is given
 _ENV_BACKENDS = {"file": "file://", "etcd": "etcd://", "kubernetes": "kube://", "mem": "memory://"}
@@ -69,7 +72,13 @@ def connect(url: str | None = None, **options: Any) -> Discovery:
     except ModuleNotFoundError as exc:
         if exc.name == module_name:
             raise ValidationError(f"the {parsed.scheme} backend is not available in this version") from None
-        raise
+        extra = _EXTRAS.get(parsed.scheme)
+        if extra is None:  # the file and memory backends need nothing the core does not
+            raise
+        raise BackendUnavailable(
+            f"the {parsed.scheme} backend needs the {extra!r} extra, which is not installed ({exc}): "
+            f"pip install 'discovery-sync[{extra}]'"
+        ) from None
     # bytes that are not UTF-8 stay the bytes they encode (as os.fsdecode does), not U+FFFD
     path = urllib.parse.unquote(parsed.path, errors="surrogateescape")
     return backend.from_url(parsed.netloc, path, query)

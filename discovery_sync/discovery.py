@@ -14,13 +14,13 @@ import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from .endpoint_leases import EndpointLease, EndpointLeases
 from .errors import ClientClosed, ConflictError, DiscoveryError, NotFoundError, ValidationError
 from .events import DiscoveryEvent
 from .identity import DiscoveryInstanceId, ModelCardInstanceId, RecordKind
-from .model import DiscoveryInstance, EventSource, Model, stored_form
+from .model import DiscoveryInstance, Endpoint, EventChannel, EventSource, Model, stored_form
 from .model_cards import check_replay, conflict_error, find_conflict, find_conflicts
 from .queries import Query
 from .reconcile import ordered
@@ -68,8 +68,17 @@ class Discovery(abc.ABC):
         """This client's instance id: the id its endpoints, models and event channels carry."""
 
     # -- registration -----------------------------------------------------------------------------
+    @overload
+    def register(self, spec: EndpointSpec) -> Endpoint: ...
+    @overload
+    def register(self, spec: ModelSpec) -> Model: ...
+    @overload
+    def register(self, spec: EventChannelSpec) -> EventChannel: ...
+    @overload
+    def register(self, spec: EventSourceSpec) -> EventSource: ...
     def register(self, spec: DiscoverySpec) -> DiscoveryInstance:
-        """Store a record for this client and return the stored instance.
+        """Store a record for this client and return the stored instance (of the spec's kind:
+        ``register(EndpointSpec(...))`` returns an :class:`Endpoint`, and so on).
 
         * Endpoints and event channels are created if absent; an existing record with the same
           id is kept as it is (and returned).
@@ -88,6 +97,7 @@ class Discovery(abc.ABC):
                 f"register() takes an EndpointSpec, ModelSpec, EventChannelSpec or EventSourceSpec, "
                 f"got {type(spec).__name__}"
             )
+        self._check_spec(spec)
         instance = stored_form(spec.to_instance(self.instance_id))
         with self._api_lock:
             self._check_open()
@@ -101,6 +111,10 @@ class Discovery(abc.ABC):
                 stored = self._create_or_keep(instance)
             self._owned[stored.id()] = stored
             return stored
+
+    def _check_spec(self, spec: DiscoverySpec) -> None:
+        """A backend's own checks of a spec before anything is stored (none by default)."""
+        return None
 
     def _create_or_keep(self, instance: DiscoveryInstance) -> DiscoveryInstance:
         existing = self._create(instance)

@@ -113,7 +113,7 @@ class KubeDiscovery(Discovery):
             **self.daemon.status(),
         }
 
-    def register(self, spec: DiscoverySpec) -> DiscoveryInstance:
+    def _check_spec(self, spec: DiscoverySpec) -> None:
         if isinstance(spec, EventSourceSpec):
             check_publisher_id(spec.publisher_id)  # ≤ 2**53 - 1 on this backend
         if isinstance(spec, EndpointSpec) and spec.transport.kind not in REFERENCE_TRANSPORTS:
@@ -125,7 +125,6 @@ class KubeDiscovery(Discovery):
                 spec.endpoint,
                 spec.transport.kind,
             )
-        return super().register(spec)
 
     # -- writes -------------------------------------------------------------------------------------
     def _create(self, instance: DiscoveryInstance) -> DiscoveryInstance | None:
