@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import os
 import urllib.parse
+from collections.abc import Callable
 from typing import Any
 
 from .discovery import Discovery
@@ -81,4 +82,5 @@ def connect(url: str | None = None, **options: Any) -> Discovery:
         ) from None
     # bytes that are not UTF-8 stay the bytes they encode (as os.fsdecode does), not U+FFFD
     path = urllib.parse.unquote(parsed.path, errors="surrogateescape")
-    return backend.from_url(parsed.netloc, path, query)
+    from_url: Callable[[str, str, dict[str, Any]], Discovery] = backend.from_url  # every backend module has one
+    return from_url(parsed.netloc, path, query)

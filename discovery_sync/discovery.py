@@ -9,6 +9,7 @@ immutability, ownership and shutdown — live here once.
 from __future__ import annotations
 
 import abc
+import builtins
 import contextlib
 import dataclasses
 import logging
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _SPEC_TYPES = (EndpointSpec, ModelSpec, EventChannelSpec, EventSourceSpec)
+_INSTANCE_TYPES = (Endpoint, Model, EventChannel, EventSource)
 
 
 class CollectedGarbage(list[str]):
@@ -101,6 +103,7 @@ class Discovery(abc.ABC):
         instance = stored_form(spec.to_instance(self.instance_id))
         with self._api_lock:
             self._check_open()
+            stored: DiscoveryInstance
             if isinstance(instance, Model):
                 stored = self._register_model(
                     dataclasses.replace(instance, card_json=normalized_card(instance.card_json))
@@ -132,21 +135,20 @@ class Discovery(abc.ABC):
     def _register_model(self, model: Model) -> Model:
         endpoint_models = Query.models(model.namespace, model.component, model.endpoint)
         with self._store_lock(RecordKind.MODEL, endpoint_models.key_prefix()):
-            existing = self._get(model.id())
+            existing = _stored_model(self._get(model.id()))
             if existing is not None:
                 check_replay(existing, model)
                 return existing
-            conflict = find_conflict(model, self._list(endpoint_models))
+            conflict = find_conflict(model, self._list_models(endpoint_models))
             if conflict is not None:
                 raise conflict_error(model, conflict)
-            existing = self._create(model)
+            existing = _stored_model(self._create(model))
             if existing is not None:  # written by someone else between _get and _create
                 check_replay(existing, model)
                 return existing
             # a write that races ours may be seen here; every conflicting model gets a say
-            conflict = next(
-                (c for c in find_conflicts(model, self._list(endpoint_models)) if self._loses_conflict(model, c)), None
-            )
+            racing = find_conflicts(model, self._list_models(endpoint_models))
+            conflict = next((c for c in racing if self._loses_conflict(model, c)), None)
             if conflict is not None:
                 try:
                     self._delete(model.id())
@@ -177,7 +179,7 @@ class Discovery(abc.ABC):
 
     def unregister(self, instance: DiscoveryInstance | DiscoveryInstanceId) -> None:
         """Remove a record this client registered. NotFoundError when it owns no such record."""
-        instance_id = instance.id() if hasattr(instance, "to_dict") else instance
+        instance_id = instance.id() if isinstance(instance, _INSTANCE_TYPES) else instance
         with self._api_lock:
             self._check_open()
             if instance_id not in self._owned:
@@ -249,7 +251,7 @@ class Discovery(abc.ABC):
         return leases.acquire(spec)
 
     # -- reading ----------------------------------------------------------------------------------
-    def list(self, query: Query) -> list[DiscoveryInstance]:
+    def list(self, query: Query) -> builtins.list[DiscoveryInstance]:
         """The records matching ``query`` now, in a stable order."""
         _check_query(query)
         self._check_open()
@@ -374,8 +376,12 @@ class Discovery(abc.ABC):
         """Remove the record; a record already gone is not an error."""
 
     @abc.abstractmethod
-    def _list(self, query: Query) -> list[DiscoveryInstance]:
+    def _list(self, query: Query) -> builtins.list[DiscoveryInstance]:
         """Valid stored records under ``query.key_prefix()`` (the caller filters with matches)."""
+
+    def _list_models(self, query: Query) -> builtins.list[Model]:
+        """:meth:`_list` of a models query (which holds model cards only)."""
+        return [model for model in self._list(query) if isinstance(model, Model)]
 
     def _store_lock(self, kind: RecordKind, key: str) -> contextlib.AbstractContextManager[Any]:
         """A lock serialising read-modify-write sequences on ``key`` (a record or key prefix of
@@ -393,6 +399,13 @@ class Discovery(abc.ABC):
     @abc.abstractmethod
     def _close(self) -> None:
         """Stop threads and close watches (owned records are already removed)."""
+
+
+def _stored_model(stored: DiscoveryInstance | None) -> Model | None:
+    """What ``_get`` or ``_create`` returned for a model card's id: backends read a key as its kind's record."""
+    if stored is None or isinstance(stored, Model):
+        return stored
+    raise DiscoveryError(f"the store holds a {stored.kind.value} under the key of a model card")
 
 
 def _check_query(query: Any) -> None:

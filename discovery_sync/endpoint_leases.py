@@ -23,7 +23,7 @@ import threading
 import warnings
 import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from .errors import ClientClosed, ConflictError, NotFoundError, ValidationError
 from .identity import EndpointInstanceId
@@ -78,7 +78,7 @@ class EndpointLeases:
         """A lease of ``spec``'s endpoint, registering it unless it is held or already stored."""
         if not isinstance(spec, EndpointSpec):
             raise ValidationError(f"lease_endpoint() takes an EndpointSpec, got {type(spec).__name__}")
-        candidate = cast(Endpoint, stored_form(spec.to_instance(self._client.instance_id)))
+        candidate = stored_form(spec.to_instance(self._client.instance_id))
         self._check_open()
         endpoint_id = candidate.id()
         slot = self._enter(endpoint_id)

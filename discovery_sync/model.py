@@ -9,7 +9,7 @@ JSON objects they hold (``card_json``, ``metadata``, opaque ``device_type``) as 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import orjson
 
@@ -265,7 +265,7 @@ def _or_empty(metadata: Any) -> Any:
     return {} if metadata is None else metadata
 
 
-_TYPES: dict[str, type] = {
+_TYPES: dict[str, type[Endpoint] | type[Model] | type[EventChannel] | type[EventSource]] = {
     "Endpoint": Endpoint,
     "Model": Model,
     "EventChannel": EventChannel,
@@ -292,6 +292,14 @@ def instance_from_json(raw: bytes | str) -> DiscoveryInstance:
     return instance_from_dict(data)
 
 
+@overload
+def stored_form(instance: Endpoint) -> Endpoint: ...
+@overload
+def stored_form(instance: Model) -> Model: ...
+@overload
+def stored_form(instance: EventChannel) -> EventChannel: ...
+@overload
+def stored_form(instance: EventSource) -> EventSource: ...
 def stored_form(instance: DiscoveryInstance) -> DiscoveryInstance:
     """``instance`` as every backend will return it once stored: an equal instance rebuilt from
     its JSON, sharing no mutable part with ``instance`` (a caller changing its card dict after

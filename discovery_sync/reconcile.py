@@ -48,7 +48,7 @@ def event_for(change: Change, instance: DiscoveryInstance) -> DiscoveryEvent | N
     """The event a classified change produces, if any."""
     if change is Change.ADDED:
         return Added(instance)
-    if change is Change.TAINTS:
+    if change is Change.TAINTS and isinstance(instance, Model):  # classify() says TAINTS of models only
         return ModelTaintsUpdated(instance.id(), tuple(sorted(set(taints_of(instance.card_json)))))
     return None
 

@@ -60,7 +60,7 @@ def check_instance_id(value: Any, field: str = "instance_id", *, maximum: int = 
     return value
 
 
-def require(data: dict, key: str, kind: str) -> Any:
+def require(data: dict[str, Any], key: str, kind: str) -> Any:
     """``data[key]`` or a ValidationError saying which field of which record is missing."""
     try:
         return data[key]
@@ -70,7 +70,7 @@ def require(data: dict, key: str, kind: str) -> Any:
         raise ValidationError(f"{kind} record must be a JSON object, got {type(data).__name__}") from None
 
 
-def require_object(value: Any, field: str) -> dict:
+def require_object(value: Any, field: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ValidationError(f"{field} must be a JSON object, got {type(value).__name__}")
     return value

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from .errors import DiscoveryError, WatchClosed, WatchFailed
 from .events import Added, DiscoveryEvent, ModelTaintsUpdated, Removed, Resync
 from .identity import DiscoveryInstanceId
-from .model import DiscoveryInstance
+from .model import DiscoveryInstance, Model
 from .options import wait_timeout
 from .queries import Query
 from .reconcile import diff, ordered
@@ -84,7 +84,7 @@ class WatchFeed:
             self._emit(Added(instance), instance.id(), instance)
         return True
 
-    def taints_updated(self, instance: DiscoveryInstance, taints: tuple[str, ...]) -> bool:
+    def taints_updated(self, instance: Model, taints: tuple[str, ...]) -> bool:
         """A model card whose taints (only) changed; ``instance`` is the new value."""
         if not self.query.matches(instance):
             return False
@@ -110,7 +110,7 @@ class WatchFeed:
         if isinstance(event, Removed):
             return self.removed(event.id)
         if isinstance(event, ModelTaintsUpdated):
-            if instance is None:
+            if not isinstance(instance, Model):
                 raise TypeError("a ModelTaintsUpdated needs the new model value")
             return self.taints_updated(instance, event.taints)
         raise TypeError(f"cannot publish {event!r}")

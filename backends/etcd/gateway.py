@@ -379,11 +379,10 @@ class EtcdGateway:
     # -- plumbing ---------------------------------------------------------------------------------
     def headers(self) -> dict[str, str]:
         if self._credentials and self._token is None:
-            self._authenticate()
+            self._authenticate(*self._credentials)
         return {"Authorization": self._token} if self._token else {}
 
-    def _authenticate(self) -> None:
-        user, password = self._credentials
+    def _authenticate(self, user: str, password: str | None) -> None:
         path = "/v3/auth/authenticate"
         self._token = _parsed(path, self._post_raw(path, {"name": user, "password": password}, {}), _token_reply)
 
@@ -494,7 +493,7 @@ class EtcdGateway:
 
         ``opened`` receives the streaming response, so another thread can abort it with
         :func:`abort_stream`."""
-        body = {
+        body: dict[str, Any] = {
             "create_request": {
                 "key": b64(key),
                 "range_end": b64(range_end),

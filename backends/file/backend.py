@@ -415,10 +415,7 @@ class FileDiscovery(Discovery):
         with self._start_lock:
             if self._notifier.started:
                 return
-            callbacks = {
-                self.layout.buckets[kind]: (lambda name, view=view: view.refresh_name(name))
-                for kind, view in self._views.items()
-            }
+            callbacks = {self.layout.buckets[kind]: view.refresh_name for kind, view in self._views.items()}
             try:
                 self._notifier.start(callbacks, self._notification_error)
             except OSError as exc:
@@ -484,10 +481,8 @@ class FileDiscovery(Discovery):
         self._suspects[kind] = current
         scanned_at = time.monotonic()
         view.refresh(
-            publish=lambda event, instance, into=missed: into.append((event, instance)),
-            gate=lambda name, content, seen=previous, now=current, at=scanned_at: _confirm(
-                name, content, seen, now, at, self._notice_grace
-            ),
+            publish=lambda event, instance: missed.append((event, instance)),
+            gate=lambda name, content: _confirm(name, content, previous, current, scanned_at, self._notice_grace),
         )
         self._feeds.publish_missed(kind, missed)
         view.warn_pending()

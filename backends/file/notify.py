@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from watchdog.events import (
@@ -68,7 +68,7 @@ class DirectoryNotifier:
 
     def start(
         self,
-        directories: dict[Path, Callable[[str], None]],
+        directories: Mapping[Path, Callable[[str], None]],
         on_error: Callable[[BaseException], None],
     ) -> None:
         observer = self._make_observer()

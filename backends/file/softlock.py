@@ -77,9 +77,10 @@ def describe_holder(content: bytes | None) -> str:
 
 def _token_of(content: bytes | None) -> str | None:
     try:
-        return orjson.loads(content or b"").get("token")
+        token: str | None = orjson.loads(content or b"").get("token")
     except (orjson.JSONDecodeError, AttributeError):
         return None
+    return token
 
 
 def _where(marker: Path, dir_fd: int | None) -> str:

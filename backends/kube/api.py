@@ -12,7 +12,7 @@ import logging
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import urllib3
@@ -83,9 +83,10 @@ def make_api_client(kubeconfig: str | os.PathLike[str] | None = None) -> client.
     """In-cluster configuration when running in a pod, else the kubeconfig (``kubeconfig`` or the default)."""
     if kubeconfig is not None:
         try:
-            return config.new_client_from_config(config_file=os.fspath(kubeconfig))
+            api_client: client.ApiClient = config.new_client_from_config(config_file=os.fspath(kubeconfig))
         except Exception as exc:  # the client library raises what its YAML parser raises for junk
             raise BackendUnavailable(f"cannot load the kubeconfig {os.fspath(kubeconfig)}: {exc}") from exc
+        return api_client
     configuration = client.Configuration()
     try:
         config.load_incluster_config(client_configuration=configuration)
@@ -93,12 +94,13 @@ def make_api_client(kubeconfig: str | os.PathLike[str] | None = None) -> client.
     except ConfigException:
         pass
     try:  # KUBECONFIG read now: the client library reads it once, when it is imported
-        return config.new_client_from_config(config_file=os.environ.get("KUBECONFIG") or "~/.kube/config")
+        api_client = config.new_client_from_config(config_file=os.environ.get("KUBECONFIG") or "~/.kube/config")
     except Exception as exc:
         raise BackendUnavailable(
             "no Kubernetes configuration: not running in a pod (no service account) and no usable kubeconfig "
             f"(KUBECONFIG or ~/.kube/config; or pass kubeconfig=...): {exc}"
         ) from exc
+    return api_client
 
 
 @dataclass(frozen=True)
@@ -138,16 +140,17 @@ class KubeApi:
         )
 
     # -- reads --------------------------------------------------------------------------------------
-    def list_page(self, resource: Resource, *, limit: int = LIST_PAGE_SIZE, token: str | None = None) -> dict:
+    def list_page(self, resource: Resource, *, limit: int = LIST_PAGE_SIZE, token: str | None = None) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"limit": limit, "_preload_content": False, "_request_timeout": REQUEST_TIMEOUT}
         if token:
             kwargs["_continue"] = token
-        return _read_json(resource.call(**kwargs))
+        page: dict[str, Any] = _read_json(resource.call(**kwargs))
+        return page
 
-    def list_all(self, resource: Resource) -> tuple[dict[str, dict], str]:
+    def list_all(self, resource: Resource) -> tuple[dict[str, dict[str, Any]], str]:
         """Every object (by name) and the list's resourceVersion; pages are restarted when a token expires."""
         while True:
-            items: dict[str, dict] = {}
+            items: dict[str, dict[str, Any]] = {}
             token: str | None = None
             try:
                 while True:
@@ -163,7 +166,9 @@ class KubeApi:
                     raise
                 log.info("listing %s: the continue token expired; listing again", resource.plural)
 
-    def watch(self, resource: Resource, resource_version: str, opened: Callable[[Any], None]) -> Iterator[dict]:
+    def watch(
+        self, resource: Resource, resource_version: str, opened: Callable[[Any], None]
+    ) -> Iterator[dict[str, Any]]:
         """Watch events after ``resource_version`` (BOOKMARKs included) until the server ends the stream.
 
         ``opened(response)`` is called with the streaming response so another thread can abort it.
@@ -201,20 +206,25 @@ class KubeApi:
 
         Returns the stored object (read raw: the client's typed answer is None for 201 Created).
         """
-        response = self.custom.patch_namespaced_custom_object(
-            group=GROUP,
-            version=VERSION,
-            namespace=self.namespace,
-            plural=PLURAL,
-            name=name,
-            body=body,
-            field_manager=FIELD_MANAGER,
-            force=True,
-            _content_type=APPLY_CONTENT_TYPE,
-            _request_timeout=REQUEST_TIMEOUT,
-            _preload_content=False,
+        # the client types its answer as object; without preloading the content, it is the raw response
+        response = cast(
+            urllib3.HTTPResponse,
+            self.custom.patch_namespaced_custom_object(
+                group=GROUP,
+                version=VERSION,
+                namespace=self.namespace,
+                plural=PLURAL,
+                name=name,
+                body=body,
+                field_manager=FIELD_MANAGER,
+                force=True,
+                _content_type=APPLY_CONTENT_TYPE,
+                _request_timeout=REQUEST_TIMEOUT,
+                _preload_content=False,
+            ),
         )
-        return _read_json(response)
+        stored: dict[str, Any] = _read_json(response)
+        return stored
 
     def delete_worker_metadata(self, name: str, uid: str | None = None) -> bool:
         """Delete the CR (only the object with ``uid`` when given); False when it was not there."""

@@ -31,7 +31,7 @@ from kubernetes.client.exceptions import ApiException
 
 from discovery_sync.broadcast import FeedSet
 from discovery_sync.errors import BackendUnavailable
-from discovery_sync.events import Removed
+from discovery_sync.events import Added, DiscoveryEvent, Removed, Resync
 from discovery_sync.identity import DiscoveryInstanceId
 from discovery_sync.model import DiscoveryInstance
 from discovery_sync.queries import Query
@@ -338,7 +338,7 @@ class KubeDaemon:
 
     def _publish(self, touched: set[DiscoveryInstanceId], *, resync: bool) -> None:
         """Bring the served records of ``touched`` up to date; publish the events (or reconcile every feed)."""
-        events = []
+        events: list[DiscoveryEvent] = []
         for key in sorted(touched, key=lambda k: (k.kind.value, k.to_path())):
             candidate = self._serving.candidate(key)
             old = self._served.get(key)
@@ -382,5 +382,9 @@ class KubeDaemon:
             stream.stop(timeout=0)
 
 
-def _event_id(event: Any) -> DiscoveryInstanceId:
-    return event.instance.id() if hasattr(event, "instance") else event.id
+def _event_id(event: DiscoveryEvent) -> DiscoveryInstanceId:
+    if isinstance(event, Added):
+        return event.instance.id()
+    if isinstance(event, Resync):
+        raise TypeError("a Resync is the event of no single record")
+    return event.id

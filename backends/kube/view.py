@@ -65,7 +65,8 @@ def pod_owner_uid(cr: Mapping[str, Any]) -> str | None:
     """The uid of the Pod the CR's ownerReferences name (None without one)."""
     for ref in (cr.get("metadata") or {}).get("ownerReferences") or []:
         if ref.get("kind") == "Pod" and ref.get("apiVersion", "v1") == "v1" and ref.get("uid"):
-            return ref["uid"]
+            uid: str = ref["uid"]
+            return uid
     return None
 
 
@@ -110,4 +111,4 @@ def update_entry(previous: WorkerEntry | None, cr: Mapping[str, Any]) -> WorkerE
 
 def is_served(entry: WorkerEntry, ready: Readiness) -> bool:
     uids = ready.get(entry.name)
-    return bool(uids) and len(uids) == 1 and entry.owner_uid in uids  # type: ignore[operator]
+    return uids is not None and len(uids) == 1 and entry.owner_uid in uids
