@@ -14,7 +14,7 @@ lives beside the tests rather than in the installed ``discovery-sync bench``.
   to 1,000 other workers (a change must cost what it touches, not the namespace).
 * ``interop`` (``--interop``, needs ``ai-dynamo-runtime``): reference-runtime workers and our
   client as ready pods of one fake server: Rust register -> our watch, our register -> the Rust
-  client, Rust register -> Rust client (see ``discovery-sync bench --interop`` for file and etcd).
+  client, Rust register -> Rust client (see ``python -m benchmarks.interop`` for file and etcd).
 
 The fake server runs in this process, so it shares the watcher's interpreter (and GIL): the
 numbers are an upper bound for a real API server, whose own latency is not modelled.
@@ -23,7 +23,6 @@ numbers are an upper bound for a real API server, whose own latency is not model
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 import time
@@ -35,9 +34,11 @@ from urllib.parse import urlencode
 import orjson
 from discovery_sync.backends.kube.identity import PodIdentity
 from discovery_sync.backends.kube.metadata import worker_metadata_body
-from discovery_sync.tools.bench import _summary, _timed, delivery_latencies
+from discovery_sync.tools.bench import delivery_latencies
+from discovery_sync.tools.stats import median_timed, summary
 
 import discovery_sync as ds
+from benchmarks.interop import bench_store
 from tests.kube_fake import PODS, WORKER_METADATA, FakeKubeServer
 from tests.kube_fake.objects import build_pod
 
@@ -101,10 +102,10 @@ def bench_initial_sync(base: Path, sizes: list[int]) -> list[dict[str, Any]]:
                         added += isinstance(event, ds.Added)
                 elapsed = (time.perf_counter() - start) * 1000
                 assert added == size, f"{added} of {size} workers were served"
-                consistent = statistics.median(_timed(lambda: reader.list(ds.Query.endpoints())) for _ in range(5))
+                consistent = median_timed(lambda: reader.list(ds.Query.endpoints()))
             with ds.connect(_url(kubeconfig, reader_pod, consistent_reads="false")) as cached_reader:
                 assert len(cached_reader.list(ds.Query.endpoints())) == size
-                cached = statistics.median(_timed(lambda: cached_reader.list(ds.Query.endpoints())) for _ in range(5))
+                cached = median_timed(lambda: cached_reader.list(ds.Query.endpoints()))
         results.append(
             {
                 "workers": size,
@@ -124,13 +125,11 @@ def bench_delivery(base: Path, events: int, background: int) -> dict[str, Any]:
         writer_url = _url(kubeconfig, server.create_pod("writer"))
         watcher_url = _url(kubeconfig, server.create_pod("watcher"))
         latencies = delivery_latencies(writer_url, watcher_url, events, churn=True)
-    return {"background_workers": background, **_summary(latencies)}
+    return {"background_workers": background, **summary(latencies)}
 
 
 def bench_interop(base: Path, events: int) -> dict[str, Any]:
     """Reference peers and our client as ready pods of one fake API server (plain HTTP, loopback)."""
-    from discovery_sync.tools.bench_interop import bench_store
-
     with FakeKubeServer(auto_endpoint_slices=True) as server:
         kubeconfig = server.write_kubeconfig(base / "kubeconfig-interop")
 

@@ -27,6 +27,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from discovery_sync.tools.stats import percentile
+
 import discovery_sync as ds
 
 TTL = 3600  # nothing dies during a measurement
@@ -34,11 +36,6 @@ TTL = 3600  # nothing dies during a measurement
 
 def endpoint(name: str, port: int = 9000) -> ds.EndpointSpec:
     return ds.EndpointSpec("bench", "backend", name, ds.Transport.tcp(f"127.0.0.1:{port}"))
-
-
-def percentile(samples: list[float], fraction: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
 def micros(call: Callable[[], object], repeat: int) -> float:

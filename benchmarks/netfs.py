@@ -22,7 +22,6 @@ mount A with sshfs's caches off (``dir_cache=no,attr_timeout=0,entry_timeout=0``
 from __future__ import annotations
 
 import argparse
-import statistics
 import subprocess
 import sys
 import time
@@ -31,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from discovery_sync.tools.bench import _summary, _timed, delivery_latencies
+from discovery_sync.tools.bench import delivery_latencies
+from discovery_sync.tools.stats import median_timed, summary, timed
 
 import discovery_sync as ds
 from tests.netfs.sshfs_rig import CACHE_OFF, SshfsRig
@@ -59,7 +59,7 @@ def bench_delivery(writer_root: Path, watcher_root: Path, events: int, interval:
     return {
         "poll_interval_s": poll,
         "writer_interval_s": interval,
-        **_summary(latencies),
+        **summary(latencies),
     }
 
 
@@ -101,10 +101,10 @@ def bench_rescan(rig: SshfsRig, records: int) -> dict[str, Any]:
         # the scanner's own periodic rescans are pushed out of the way: only the timed ones run,
         # and none of them deletes the dead writer's records
         with ds.connect(_url(root, ttl=SCAN_TTL, rescan_interval=SCAN_TTL)) as scanner:
-            cold = _timed(scanner.rescan)
+            cold = timed(scanner.rescan)
             found = len(scanner.list(ds.Query.endpoints("bench", "rescan")))
             assert found == records, f"{host} sees {found} of {records} records"
-            warm = statistics.median(_timed(scanner.rescan) for _ in range(5))
+            warm = median_timed(scanner.rescan)
             assert len(scanner.list(ds.Query.endpoints("bench", "rescan"))) == records, f"{host} lost records"
         result[host] = {"rescan_cold_ms": round(cold, 1), "rescan_warm_ms": round(warm, 1)}
     return result

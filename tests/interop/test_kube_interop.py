@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 from discovery_sync.backends.kube import instance_id_for
-from discovery_sync.tools.reference import PeerError, RustPeer
 
 import discovery_sync as ds
 from tests.helpers import initial_state, next_event
 from tests.interop.netns import LoopbackNamespace
 from tests.kube.rig import connect_pod
 from tests.kube_fake import AUTO_SLICE_NAME, ENDPOINT_SLICES, PODS, WORKER_METADATA, FakeKubeServer, RecordedRequest
+from tests.reference import PeerError, RustPeer
 
 ENDPOINT = "pyns.backend.generate"
 WAIT = 10.0  # bound on every wait for something that must happen

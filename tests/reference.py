@@ -1,6 +1,8 @@
 """Run reference-runtime processes (reference_peer.py) as real peers of discovery-sync clients.
 
-Used by the interop tests and by ``discovery-sync bench --interop``; needs ``ai-dynamo-runtime``.
+Used by the interop tests and by ``python -m benchmarks.interop``/``benchmarks.kube --interop``; needs
+``ai-dynamo-runtime`` (test extra). Each peer runs ``python -m tests.reference_peer`` with the repository
+root on its ``PYTHONPATH``, whatever the caller's working directory.
 
 Every peer binds loopback only (``DYN_TCP_RPC_HOST``/``DYN_EVENT_PLANE_HOST``). Peers of the
 file backend need no network at all and run in a network namespace of their own with only a
@@ -18,9 +20,11 @@ import subprocess
 import sys
 import threading
 from collections import deque
+from pathlib import Path
 from typing import Any
 
 REPLY_TIMEOUT = 60.0
+REPOSITORY = Path(__file__).resolve().parents[1]  # where ``tests.reference_peer`` is importable from
 
 
 def loopback_namespace_prefix() -> list[str]:
@@ -59,10 +63,11 @@ class RustPeer:
             "DYN_LOG": "warn",
             **env,
         }
+        full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPOSITORY), full_env.get("PYTHONPATH")]))
         if prefix is None:  # an explicit prefix (e.g. nsenter into a prepared namespace) wins
             prefix = loopback_namespace_prefix() if isolate else []
         self.process = subprocess.Popen(
-            [*prefix, sys.executable, "-m", "discovery_sync.tools.reference_peer", backend],
+            [*prefix, sys.executable, "-m", "tests.reference_peer", backend],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
