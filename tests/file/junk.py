@@ -20,11 +20,19 @@ T = TypeVar("T")
 OLD = time.time() - 3600
 
 
-def hand_written(store: Path, endpoint: str, instance_id: int) -> tuple[ds.Endpoint, Path]:
-    """An endpoint record written straight into the bucket, as another process would."""
+def hand_written(store: Path, endpoint: str, instance_id: int, *, mode: int | None = None) -> tuple[ds.Endpoint, Path]:
+    """An endpoint record written straight into the bucket, as another process would; with
+    ``mode``, it appears in the bucket with that mode already (written beside the store, chmod-ed,
+    then renamed in), so no reader can catch it in between."""
     record = ds.Endpoint("ns", "backend", endpoint, instance_id, ds.Transport.tcp("127.0.0.1:1"))
     path = store / "v1" / "instances" / f"ns%2Fbackend%2F{endpoint}%2F{instance_id:x}"
-    path.write_bytes(ds.instance_to_json(record))
+    if mode is None:
+        path.write_bytes(ds.instance_to_json(record))
+        return record, path
+    staged = store.parent / f"staged-{path.name}"
+    staged.write_bytes(ds.instance_to_json(record))
+    os.chmod(staged, mode)
+    os.rename(staged, path)
     return record, path
 
 

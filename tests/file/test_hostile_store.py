@@ -331,8 +331,7 @@ def test_unreadable_files_are_skipped_with_one_warning(store, tmp_path):
             {"type": "Added", "key": kept.id().to_path()},
             {"type": "Resync", "keys": [kept.id().to_path()]},
         ]
-        _, path = hand_written(store, "secret", 5)
-        os.chmod(path, 0)
+        _, path = hand_written(store, "secret", 5, mode=0)  # never readable, not even for an instant
         with touched(path):  # alive: only unreadable
             with pytest.raises(RuntimeError, match="WatchTimeout"):
                 reader.call("next", timeout=6 * RESCAN + 1)  # more than the three rescans that used to fail it
