@@ -60,6 +60,17 @@ def assert_quiet(watch: ds.Watch, period: float) -> None:
     raise AssertionError(f"unexpected event {event!r}")
 
 
+def fold(state: dict, event: ds.DiscoveryEvent) -> dict:
+    """``state`` (id -> instance) after ``event``: a Resync replaces it, Added and Removed change it."""
+    if isinstance(event, ds.Resync):
+        return {i.id(): i for i in event.instances}
+    if isinstance(event, ds.Added):
+        state[event.instance.id()] = event.instance
+    elif isinstance(event, ds.Removed):
+        state.pop(event.id, None)
+    return state
+
+
 def ids(instances) -> set:
     return {i.id() for i in instances}
 

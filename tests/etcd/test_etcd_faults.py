@@ -11,7 +11,7 @@ import time
 import pytest
 
 import discovery_sync as ds
-from tests.helpers import endpoint_spec, initial_state, next_event, race_conflicting_models
+from tests.helpers import endpoint_spec, fold, initial_state, next_event, race_conflicting_models
 from tests.peer import Peer
 from tests.tcp_proxy import TcpProxy
 
@@ -28,16 +28,6 @@ def proxy(etcd_server):
     proxy = TcpProxy(etcd_server.client_port)
     yield proxy
     proxy.close()
-
-
-def fold(state: dict, event) -> dict:
-    if isinstance(event, ds.Resync):
-        return {i.id(): i for i in event.instances}
-    if isinstance(event, ds.Added):
-        state[event.instance.id()] = event.instance
-    elif isinstance(event, ds.Removed):
-        state.pop(event.id, None)
-    return state
 
 
 def test_a_killed_client_disappears_when_its_lease_expires(url, peers):

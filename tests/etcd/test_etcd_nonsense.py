@@ -27,7 +27,7 @@ from discovery_sync.backends.etcd.gateway import EtcdGateway, parse_watch_result
 
 import discovery_sync as ds
 from discovery_sync.errors import DiscoveryError
-from tests.helpers import endpoint_spec, initial_state, next_event
+from tests.helpers import endpoint_spec, fold, initial_state, next_event
 
 TTL = 2
 WAIT = 15.0  # seconds any awaited condition may take before the test fails
@@ -203,16 +203,6 @@ def wait_until(condition: Callable[[], bool], what: str) -> None:
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting until {what}"
         pause.wait(0.02)
-
-
-def fold(state: dict, event: ds.DiscoveryEvent) -> dict:
-    if isinstance(event, ds.Resync):
-        return {i.id(): i for i in event.instances}
-    if isinstance(event, ds.Added):
-        state[event.instance.id()] = event.instance
-    elif isinstance(event, ds.Removed):
-        state.pop(event.id, None)
-    return state
 
 
 def follow(watch: ds.Watch, state: dict, expected: dict) -> dict:
