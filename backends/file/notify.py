@@ -56,6 +56,23 @@ def _guard(thread: threading.Thread, on_crash: Callable[[BaseException], None]) 
     thread.run = guarded(thread.run, on_crash)  # type: ignore[method-assign]
 
 
+def _name_reader_thread(emitter: threading.Thread, name: str) -> None:
+    """Name the thread that watchdog 6 (what Python 3.10 gets) starts per inotify emitter to read
+    events; it creates it in the emitter's ``on_thread_start``, which runs inside ``start()``
+    before the emitter's own thread exists. Later watchdogs read in the observer's thread."""
+    start = getattr(emitter, "on_thread_start", None)
+    if start is None:
+        return
+
+    def on_thread_start() -> None:
+        start()
+        reader = getattr(emitter, "_inotify", None)
+        if isinstance(reader, threading.Thread):
+            reader.name = name
+
+    emitter.on_thread_start = on_thread_start  # type: ignore[attr-defined]
+
+
 class DirectoryNotifier:
     """Watches several directories (non-recursively) and reports changed file names."""
 
@@ -84,6 +101,7 @@ class DirectoryNotifier:
         for index, emitter in enumerate(observer.emitters):  # created by schedule(), started by start()
             emitter.name = f"discovery-sync-file-{self.kind}-emitter-{index}"
             _guard(emitter, on_error)
+            _name_reader_thread(emitter, f"discovery-sync-file-inotify-buffer-{index}")
         _guard(observer, on_error)
         # watchdog's inotify observer starts a reader thread of its own when it is created
         reader = getattr(observer, "_inotify_fd", None)
