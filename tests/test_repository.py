@@ -11,12 +11,12 @@ paths and are allowed.
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 from functools import cache
 from pathlib import Path
 
 import pytest
+
+from tests.source_tree import source_files
 
 REPO = Path(__file__).resolve().parents[1]
 DESIGN = REPO / "docs" / "design.md"
@@ -37,17 +37,10 @@ HEADING = re.compile(r"^#{2,}\s+(\d+(?:\.\d+)*)[.\s]", re.MULTILINE)
 
 @cache
 def repository_files() -> tuple[Path, ...]:
-    """Files git tracks, plus new files it does not ignore (so they are checked before a commit)."""
-    if shutil.which("git") is None or not (REPO / ".git").exists():
-        pytest.skip("not a git checkout: the repository's file list is unknown")
-    listing = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO,
-        capture_output=True,
-        check=True,
-    ).stdout
-    names = sorted({name for name in listing.decode("utf-8", "surrogateescape").split("\0") if name})
-    return tuple(REPO / name for name in names if (REPO / name).is_file() and not (REPO / name).is_symlink())
+    """Files git tracks, plus new files it does not ignore (so they are checked before a commit); in
+    an unpacked sdist, its files less those .gitignore ignores (tests/source_tree.py)."""
+    paths = (REPO / name for name in source_files())
+    return tuple(path for path in paths if not path.is_symlink())
 
 
 @cache
