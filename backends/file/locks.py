@@ -1,21 +1,30 @@
 """Store locks guarding read-modify-write sequences, with a timeout and a clear error.
 
 ``hard`` locks take ``flock(2)`` on the bucket directory itself, exactly as reference workers
-do before every change they make, so Python and Rust writers exclude each other. Reference
-workers give up after about one second of trying and never retry, so holds must stay short.
+do before every change they make, so Python and Rust writers exclude each other. The lock is
+taken with ``filelock.lock_descriptor`` on a descriptor of our own: we open the bucket directory
+relative to the store's directory descriptor (``O_RDONLY | O_DIRECTORY | O_CLOEXEC``, so no
+path is resolved again and no symlink followed), and filelock only locks and unlocks that
+descriptor. The deadline is ours: non-blocking attempts every ``RETRY_INTERVAL`` until
+``timeout``, then :class:`LockTimeout`, naming the holder where this host can know it (Linux
+lists flock holders in ``/proc/locks`` by pid and device:inode). Reference workers give up after
+about one second of trying and never retry, so holds must stay short.
+
 ``soft`` locks are marker files created with O_EXCL in ``root/.locks/`` (:mod:`.softlock`), for
 network filesystems where flock is not shared between hosts; a marker its holder stops
-refreshing is broken after ``stale_after`` seconds.
+refreshing is broken after ``stale_after`` seconds. They are not filelock's soft locks: see
+docs/decisions.md.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
+
+from filelock import lock_descriptor, unlock_descriptor
 
 from discovery_sync.errors import LockTimeout, ValidationError
 
@@ -24,6 +33,7 @@ from .softlock import DEFAULT_STALE_AFTER, SoftLocks
 
 LOCK_MODES = ("hard", "soft")
 RETRY_INTERVAL = 0.002
+PROC_LOCKS = Path("/proc/locks")
 
 
 class StoreLocks:
@@ -57,23 +67,61 @@ class StoreLocks:
         fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
         try:
             deadline = time.monotonic() + self.timeout
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        raise self._timeout(directory) from None
-                    time.sleep(RETRY_INTERVAL)
+            while not lock_descriptor(fd, blocking=False):
+                if time.monotonic() >= deadline:
+                    raise self._timeout(directory, fd)
+                time.sleep(RETRY_INTERVAL)
             try:
                 yield
             finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
+                unlock_descriptor(fd)
         finally:
             os.close(fd)
 
-    def _timeout(self, path: Path) -> LockTimeout:
+    def _timeout(self, path: Path, fd: int) -> LockTimeout:
         return LockTimeout(
-            f"could not lock {path} within {self.timeout:g} s: another process holds it "
-            "(a dead holder frees a hard lock at once)"
+            f"could not lock {path} within {self.timeout:g} s: {describe_flock_holders(fd)}; "
+            "a dead holder frees a hard lock at once"
         )
+
+
+def describe_flock_holders(fd: int) -> str:
+    """Who holds a flock on the file open as ``fd``, as far as this host can tell, for messages."""
+    try:
+        status = os.fstat(fd)
+        text = PROC_LOCKS.read_text(encoding="ascii", errors="replace")
+    except OSError as exc:
+        return f"another process holds it (its holder is unknown: /proc/locks is unreadable: {exc.strerror})"
+    pids = flock_holders(text, status.st_dev, status.st_ino)
+    if not pids:
+        return (
+            "another process holds it (its holder is unknown: /proc/locks lists no flock on it here, so it "
+            "is held from another host or by a process in a pid namespace this one cannot see, or was "
+            "released meanwhile)"
+        )
+    return "it is held by " + ", ".join(_describe_pid(pid) for pid in pids)
+
+
+def flock_holders(proc_locks: str, device: int, inode: int) -> list[int]:
+    """The pids holding ``flock`` locks on ``device``/``inode`` in ``/proc/locks`` text (waiters,
+    the ``->`` lines, are left out). A pid of 0 is a holder this pid namespace cannot see."""
+    wanted = f"{os.major(device):02x}:{os.minor(device):02x}:{inode}"
+    pids = []
+    for line in proc_locks.splitlines():
+        fields = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 1234 fe:00:5497251 0 EOF"; a waiter has "->" after the number
+        if len(fields) < 6 or fields[1] != "FLOCK" or fields[5] != wanted:
+            continue
+        with contextlib.suppress(ValueError):
+            pids.append(int(fields[4]))
+    return pids
+
+
+def _describe_pid(pid: int) -> str:
+    if pid <= 0:
+        return "a process whose pid is not visible here (another pid namespace, or a holder whose pid has exited)"
+    try:
+        name = Path(f"/proc/{pid}/comm").read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return f"pid {pid} (its name is unknown: it has exited or is not visible)"
+    return f"pid {pid} ({name}{', this process' if pid == os.getpid() else ''})"

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import shutil
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from discovery_sync.backends.file import locks
 
 import discovery_sync as ds
 from tests.file.junk import hand_written
@@ -210,6 +214,56 @@ def test_model_registration_locks_the_bucket_directory_like_reference_workers(st
         assert os.listdir(store / ".locks") == []  # hard locks leave no files behind
     finally:
         client.shutdown()
+
+
+def test_a_hard_lock_timeout_names_the_process_holding_the_bucket(store):
+    client = ds.connect(f"file://{store}?lock_timeout=0.3")
+    holder = subprocess.Popen(
+        [sys.executable, "-m", "tests.lock_holder", "--flock", str(store / "v1" / "mdc")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        name = Path(f"/proc/{holder.pid}/comm").read_text().strip()
+        with pytest.raises(ds.LockTimeout, match=rf"held by pid {holder.pid} \({re.escape(name)}\)"):
+            client.register(ds.ModelSpec("ns", "backend", "generate", {"display_name": "m"}))
+        holder.stdin.write("release\n")
+        holder.stdin.flush()
+        assert holder.stdout.readline().strip() == "released"
+        client.register(ds.ModelSpec("ns", "backend", "generate", {"display_name": "m"}))
+    finally:
+        holder.kill()
+        holder.wait()
+        client.shutdown()
+
+
+def test_a_hard_lock_timeout_says_plainly_when_the_holder_is_unknown(store, monkeypatch):
+    monkeypatch.setattr(locks, "PROC_LOCKS", store / "no-proc-locks")
+    client = ds.connect(f"file://{store}?lock_timeout=0.1")
+    holder = os.open(store / "v1" / "mdc", os.O_RDONLY)
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        with pytest.raises(ds.LockTimeout, match="its holder is unknown: /proc/locks is unreadable"):
+            client.register(ds.ModelSpec("ns", "backend", "generate", {"display_name": "m"}))
+    finally:
+        os.close(holder)
+        client.shutdown()
+
+
+def test_proc_locks_lines_are_matched_by_device_and_inode_and_waiters_are_left_out():
+    device = os.makedev(0xFE, 0)
+    text = (
+        "1: FLOCK  ADVISORY  WRITE 1234 fe:00:5497251 0 EOF\n"
+        "1: -> FLOCK  ADVISORY  WRITE 999 fe:00:5497251 0 EOF\n"
+        "2: FLOCK  ADVISORY  WRITE 77 fe:01:5497251 0 EOF\n"
+        "3: POSIX  ADVISORY  WRITE 55 fe:00:5497251 0 EOF\n"
+        "4: FLOCK  ADVISORY  WRITE 0 fe:00:5497251 0 EOF\n"
+    )
+    assert locks.flock_holders(text, device, 5497251) == [1234, 0]
+    assert locks.flock_holders(text, device, 5497252) == []
 
 
 def test_a_lagging_consumer_gets_the_missed_changes_and_a_resync(store, client):
