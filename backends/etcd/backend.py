@@ -14,11 +14,11 @@ from discovery_sync.model import DiscoveryInstance, Model, instance_to_json
 from discovery_sync.queries import Query
 from discovery_sync.watch import WatchFeed
 
-from .gateway import EtcdGateway, parse_value
-from .keys import KeyLayout
-from .lease import LeaseKeeper
+from .layout import KeyLayout
+from .liveness import LeaseKeeper
 from .options import OPTIONS
 from .watcher import FeedWatcher
+from .wire import EtcdGateway, parse_value
 
 log = logging.getLogger("discovery_sync.backends.etcd")
 

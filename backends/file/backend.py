@@ -44,10 +44,13 @@ from .layout import LOCK_DIRNAME, StoreLayout
 from .locks import StoreLocks
 from .mounts import choose_modes, mount_of, store_cache_window
 from .names import describe_entry, record_from
-from .notify import DirectoryNotifier
 from .options import DEFAULT_TTL, OPTIONS, store_path
 from .permissions import unsafe
-from .records import (
+from .softlock import DEFAULT_STALE_AFTER
+from .sweep import Sweeper
+from .view import BucketView, Content
+from .watcher import DirectoryNotifier
+from .wire import (
     DEFAULT_MAX_RECORD_BYTES,
     REFERENCE_TTL,
     RecordTooLarge,
@@ -59,9 +62,6 @@ from .records import (
     unread_reason,
     write_record,
 )
-from .softlock import DEFAULT_STALE_AFTER
-from .sweep import Sweeper
-from .view import BucketView, Content
 
 log = logging.getLogger("discovery_sync.backends.file")
 

@@ -42,7 +42,7 @@ from discovery_sync.reconcile import Change, apply
 
 from .directory import StoreDirectory, listing
 from .names import describe_entry, may_be_record, printable, record_from
-from .records import DEFAULT_MAX_RECORD_BYTES, RecordTooLarge, read_regular, stat_entry, stat_regular, unread_reason
+from .wire import DEFAULT_MAX_RECORD_BYTES, RecordTooLarge, read_regular, stat_entry, stat_regular, unread_reason
 
 log = logging.getLogger("discovery_sync.backends.file")
 

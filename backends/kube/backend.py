@@ -34,12 +34,12 @@ from discovery_sync.queries import Query
 from discovery_sync.specs import DiscoverySpec, EndpointSpec, EventSourceSpec
 from discovery_sync.watch import WatchFeed
 
-from .api import TRANSPORT_ERRORS, KubeApi, explain
 from .daemon import KubeDaemon, State
 from .identity import PodIdentity, check_publisher_id
-from .metadata import worker_metadata_body
+from .layout import worker_metadata_body
+from .liveness import parse_rv
 from .options import OPTIONS
-from .view import parse_rv
+from .wire import TRANSPORT_ERRORS, KubeApi, explain
 
 log = logging.getLogger("discovery_sync.backends.kube")
 

@@ -39,10 +39,10 @@ from discovery_sync.reconcile import apply
 from discovery_sync.threads import start_thread
 from discovery_sync.watch import WatchFeed
 
-from .api import TRANSPORT_ERRORS, KubeApi, Resource, explain
+from .liveness import Readiness, WorkerEntry, is_served, parse_rv, ready_from_pods, ready_from_slices, update_entry
 from .served import ServedSet
-from .view import Readiness, WorkerEntry, is_served, parse_rv, ready_from_pods, ready_from_slices, update_entry
 from .watcher import Changed, Crashed, Fatal, Listed, Message, Progress, ResourceStream, Trouble
+from .wire import TRANSPORT_ERRORS, KubeApi, Resource, explain
 
 log = logging.getLogger("discovery_sync.backends.kube")
 

@@ -2,7 +2,7 @@
 
 The rule (the same for a full rebuild and for one change): this pod's own records always win;
 otherwise a record comes from the first served worker by CR name that holds its id. A worker is
-handed in only while it is served (ready, owned, unambiguous: :func:`~.view.is_served`).
+handed in only while it is served (ready, owned, unambiguous: :func:`~.liveness.is_served`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from discovery_sync.identity import DiscoveryInstanceId
 from discovery_sync.model import DiscoveryInstance
 
-from .view import Readiness, WorkerEntry, is_served
+from .liveness import Readiness, WorkerEntry, is_served
 
 #: a served record and the CR resourceVersion it first appeared at (None: not comparable)
 Candidate = tuple[DiscoveryInstance, "int | None"]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import random
 
-from discovery_sync.backends.kube.metadata import spec_data
+from discovery_sync.backends.kube.layout import spec_data
+from discovery_sync.backends.kube.liveness import is_served, update_entry
 from discovery_sync.backends.kube.served import ServedSet, served_records
-from discovery_sync.backends.kube.view import is_served, update_entry
 
 from tests.helpers import endpoint_spec
 from tests.kube.test_view_rules import cr

@@ -1,4 +1,4 @@
-"""The few Kubernetes API calls discovery needs, through the official ``kubernetes`` client.
+"""Wire client of the kube backend: the few API calls discovery needs, through the official ``kubernetes`` client.
 
 Everything travels as raw JSON dicts (``_preload_content=False``, parsed with orjson): CRs are
 dicts anyway and Pods / EndpointSlices need no model classes here. Watches are read line by line

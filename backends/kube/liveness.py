@@ -1,4 +1,4 @@
-"""Which workers are served, and with which records: pure functions over the watched objects.
+"""Liveness of the kube backend: which workers are served (ready and owned), with which records: pure rules.
 
 A worker (one DynamoWorkerMetadata) is served only when it is ready, its CR exists and the CR's
 Pod ownerReference uid equals the ready pod's uid. Readiness comes from EndpointSlices in pod
@@ -17,7 +17,7 @@ from discovery_sync.identity import DiscoveryInstanceId
 from discovery_sync.model import DiscoveryInstance
 
 from .identity import cr_name_for
-from .metadata import Slot, parse_data
+from .layout import Slot, parse_data
 
 #: CR name -> uids of the ready pods that may own it
 Readiness = dict[str, set[str]]

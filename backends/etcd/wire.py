@@ -1,4 +1,4 @@
-"""etcd v3 through its JSON gateway, with ``requests``: the few calls discovery needs.
+"""Wire client of the etcd backend: etcd v3 through its JSON gateway with ``requests``, the calls needed.
 
 Keys and values travel base64-encoded; int64s arrive as strings and zero values are omitted
 (so a PUT event has no ``type``). Requests go to one endpoint at a time and fail over to the

@@ -1,4 +1,4 @@
-"""Record keys in etcd: ``{root prefix}{bucket}/{identity path}`` (docs/design.md §3), and back."""
+"""Key layout of the etcd backend: a record's key is ``{root prefix}{bucket}/{identity path}`` (docs/design.md §3)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from discovery_sync.errors import ValidationError
 from discovery_sync.identity import DiscoveryInstanceId, RecordKind, id_from_path
 from discovery_sync.queries import Query
 
-from .gateway import prefix_end
+from .wire import prefix_end
 
 
 class KeyLayout:
