@@ -7,7 +7,7 @@ seconds (250 ms doubling to 2 s). When the write fails the local metadata is rol
 BackendUnavailable is raised (ValidationError when the server refuses the CR as invalid). In
 container mode a stale CR of this worker's name is deleted at start.
 
-Reads: the :class:`~.daemon.KubeDaemon` view of every served worker plus this pod's own records.
+Reads: the :class:`~.view.KubeDaemon` view of every served worker plus this pod's own records.
 ``list``/``list_and_watch`` wait for the view to be Ready (``ready_timeout``) and, with
 ``consistent_reads`` (the default), for it to catch up with the API server (``sync_timeout``),
 so a record another pod wrote before the call is seen. Model conflicts between racing writers
@@ -34,11 +34,11 @@ from discovery_sync.queries import Query
 from discovery_sync.specs import DiscoverySpec, EndpointSpec, EventSourceSpec
 from discovery_sync.watch import WatchFeed
 
-from .daemon import KubeDaemon, State
 from .identity import PodIdentity, check_publisher_id
 from .layout import worker_metadata_body
 from .liveness import parse_rv
 from .options import OPTIONS
+from .view import KubeDaemon, State
 from .wire import TRANSPORT_ERRORS, KubeApi, explain
 
 log = logging.getLogger("discovery_sync.backends.kube")

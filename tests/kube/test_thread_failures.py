@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from discovery_sync.backends.kube.daemon import KubeDaemon
+from discovery_sync.backends.kube.view import KubeDaemon
 from discovery_sync.backends.kube.wire import KubeApi
 
 import discovery_sync as ds

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from discovery_sync.backends.kube.daemon import ResourceCache
 from discovery_sync.backends.kube.layout import spec_data
 from discovery_sync.backends.kube.liveness import ready_from_pods, ready_from_slices, update_entry
 from discovery_sync.backends.kube.served import served_records
+from discovery_sync.backends.kube.view import ResourceCache
 from discovery_sync.backends.kube.wire import Resource
 
 from tests.helpers import endpoint_spec, model_spec

@@ -1,4 +1,7 @@
-"""The discovery daemon: the ready-gated view of every worker's records, fed by two watches.
+"""Served view of the kube backend: the ready-gated records of every worker, fed by two watches.
+
+This is what the reference runtime calls the discovery "daemon" (hence :class:`KubeDaemon`, the
+thread name and "the daemon" below).
 
 A named thread (``discovery-sync-kube-daemon``) applies what two :class:`ResourceStream` threads
 report — the DynamoWorkerMetadata CRs of the namespace, and readiness (EndpointSlices labelled
