@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
 
 from .events import DiscoveryEvent
 from .identity import RecordKind
@@ -50,11 +49,6 @@ class FeedSet:
             concerned = [feed.publish(event, instance) for event, instance in changes]
             if any(concerned):
                 feed.resync()
-
-    def reconcile(self, kind: RecordKind, snapshot: Iterable[DiscoveryInstance], *, force: bool = False) -> int:
-        """Bring the feeds of ``kind`` to ``snapshot``; return how many found a difference."""
-        records = list(snapshot)
-        return sum(feed.reconcile(records, force_resync=force) for feed in self.current(kind))
 
     def fail(self, exc: BaseException, kind: RecordKind | None = None) -> None:
         """Fail every feed (of ``kind`` only, when given) with ``exc``."""

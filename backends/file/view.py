@@ -47,7 +47,6 @@ from .wire import DEFAULT_MAX_RECORD_BYTES, RecordTooLarge, read_regular, stat_e
 log = logging.getLogger("discovery_sync.backends.file")
 
 Publish = Callable[[DiscoveryEvent, "DiscoveryInstance | None"], None]
-Version = tuple[int, int, int]  # (inode, size, mtime_ns) of a file
 Content = bytes  # a digest of a file's bytes
 Gate = Callable[[str, "Content | None"], bool]
 #: foreign names warned about by name in one scan; the rest are counted in one line
