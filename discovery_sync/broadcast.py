@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from functools import partial
 
 from .events import DiscoveryEvent
 from .identity import RecordKind
@@ -20,7 +21,7 @@ class FeedSet:
     def add(self, feed: WatchFeed) -> None:
         with self._lock:
             self._feeds.append(feed)
-        feed.add_close_callback(lambda: self.discard(feed))
+        feed.add_close_callback(partial(self.discard, feed))
 
     def discard(self, feed: WatchFeed) -> None:
         with self._lock:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from functools import partial
 from typing import Any
 
 from discovery_sync.discovery import Discovery
@@ -133,7 +134,7 @@ class EtcdDiscovery(Discovery):
         if closed:
             feed._close()
             self._check_open()
-        feed.add_close_callback(lambda: self._forget(watcher))
+        feed.add_close_callback(partial(self._forget, watcher))
 
     def _forget(self, watcher: FeedWatcher) -> None:
         with self._watchers_lock:

@@ -22,6 +22,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any, TypeVar
 
 from kubernetes.client.exceptions import ApiException
@@ -88,7 +89,7 @@ class KubeDiscovery(Discovery):
         self._cr_uid: str | None = None
         self.writes = 0
         if identity.mode == "container":
-            self._retrying(lambda: api.delete_worker_metadata(identity.cr_name), "deleting the stale CR")
+            self._retrying(partial(api.delete_worker_metadata, identity.cr_name), "deleting the stale CR")
         self.daemon = KubeDaemon(api, mode=identity.mode, own_cr_name=identity.cr_name)
         self.daemon.start()
 
@@ -159,7 +160,7 @@ class KubeDiscovery(Discovery):
             self._local[key] = value
         body = worker_metadata_body(self.identity, self._local.values())
         try:
-            stored = self._retrying(lambda: self.api.apply_worker_metadata(self.identity.cr_name, body), action)
+            stored = self._retrying(partial(self.api.apply_worker_metadata, self.identity.cr_name, body), action)
         except BaseException:
             if before is None:
                 self._local.pop(key, None)
@@ -250,7 +251,7 @@ class KubeDiscovery(Discovery):
         if cr_uid is not None:
             try:
                 self._retrying(
-                    lambda: self.api.delete_worker_metadata(self.identity.cr_name, cr_uid),
+                    partial(self.api.delete_worker_metadata, self.identity.cr_name, cr_uid),
                     f"deleting DynamoWorkerMetadata {self.identity.cr_name}",
                     timeout=min(self.write_timeout, 2.0),
                 )

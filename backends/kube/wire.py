@@ -12,6 +12,7 @@ import logging
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, cast
 
 import orjson
@@ -128,15 +129,15 @@ class KubeApi:
         core, discovery = client.CoreV1Api(api_client), client.DiscoveryV1Api(api_client)
         self.worker_metadata = Resource(
             PLURAL,
-            lambda **kw: self.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, **kw),
+            partial(self.custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL),
         )
         self.endpoint_slices = Resource(
             "endpointslices",
-            lambda **kw: discovery.list_namespaced_endpoint_slice(namespace, label_selector=DISCOVERY_SELECTOR, **kw),
+            partial(discovery.list_namespaced_endpoint_slice, namespace, label_selector=DISCOVERY_SELECTOR),
         )
         self.pods = Resource(
             "pods",
-            lambda **kw: core.list_namespaced_pod(namespace, label_selector=DISCOVERY_SELECTOR, **kw),
+            partial(core.list_namespaced_pod, namespace, label_selector=DISCOVERY_SELECTOR),
         )
 
     # -- reads --------------------------------------------------------------------------------------
