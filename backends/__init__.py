@@ -1,1 +1,22 @@
-"""Store backends, imported as ``discovery_sync.backends.<name>``; connect() loads them lazily."""
+"""Store backends, imported as ``discovery_sync.backends.<name>``; connect() loads them lazily.
+
+The roles every backend has, and the module holding each (``memory.py`` holds them all in one):
+
+    role            module       file                     etcd           kube
+    --------------  -----------  -----------------------  -------------  ---------------------
+    the Discovery   backend.py   FileDiscovery            EtcdDiscovery  KubeDiscovery
+    options, env    options.py   OPTIONS                  OPTIONS        OPTIONS
+    wire client     wire.py      read_file, write_record  EtcdGateway    KubeApi
+    key layout      layout.py    StoreLayout              KeyLayout      spec_data, parse_data
+    liveness        liveness.py  Heartbeat                LeaseKeeper    is_served, ready_from_*
+    watch producer  watcher.py   DirectoryNotifier        FeedWatcher    ResourceStream
+    served view     view.py      BucketView               (none)         KubeDaemon
+
+* wire client: talks to the store; key layout: where a record lives, key or name <-> identity;
+  liveness: how readers know an owner is alive; watch producer: the threads turning store
+  changes into notifications; served view: what this reader serves, pushing changes to feeds.
+* etcd has no served view: reads go to the server and each watcher reconciles its own feed.
+* Helpers of one backend keep their own names: file's directory, doctor, locks, softlock, mounts,
+  permissions, names (which names are records) and sweep (removal of the dead); kube's identity,
+  siphash and served (the index the view serves from).
+"""

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 import requests
-from discovery_sync.backends.etcd.gateway import EtcdGateway, b64, prefix_end, unb64
+from discovery_sync.backends.etcd.wire import EtcdGateway, b64, prefix_end, unb64
 from discovery_sync.tools.stats import summary
 
 import discovery_sync as ds

@@ -33,7 +33,7 @@ from urllib.parse import urlencode
 
 import orjson
 from discovery_sync.backends.kube.identity import PodIdentity
-from discovery_sync.backends.kube.metadata import worker_metadata_body
+from discovery_sync.backends.kube.layout import worker_metadata_body
 from discovery_sync.tools.bench import delivery_latencies
 from discovery_sync.tools.stats import median_timed, summary
 

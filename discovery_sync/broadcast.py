@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from functools import partial
 
 from .events import DiscoveryEvent
 from .identity import RecordKind
@@ -21,7 +21,7 @@ class FeedSet:
     def add(self, feed: WatchFeed) -> None:
         with self._lock:
             self._feeds.append(feed)
-        feed.add_close_callback(lambda: self.discard(feed))
+        feed.add_close_callback(partial(self.discard, feed))
 
     def discard(self, feed: WatchFeed) -> None:
         with self._lock:
@@ -50,11 +50,6 @@ class FeedSet:
             concerned = [feed.publish(event, instance) for event, instance in changes]
             if any(concerned):
                 feed.resync()
-
-    def reconcile(self, kind: RecordKind, snapshot: Iterable[DiscoveryInstance], *, force: bool = False) -> int:
-        """Bring the feeds of ``kind`` to ``snapshot``; return how many found a difference."""
-        records = list(snapshot)
-        return sum(feed.reconcile(records, force_resync=force) for feed in self.current(kind))
 
     def fail(self, exc: BaseException, kind: RecordKind | None = None) -> None:
         """Fail every feed (of ``kind`` only, when given) with ``exc``."""

@@ -23,6 +23,7 @@ import threading
 import warnings
 import weakref
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING
 
 from .errors import ClientClosed, ConflictError, NotFoundError, ValidationError
@@ -151,7 +152,7 @@ class EndpointLeases:
             ResourceWarning,
             stacklevel=2,
         )
-        start_thread(f"discovery-sync-lease-release-{endpoint_id.to_path()}", lambda: self.release(endpoint_id))
+        start_thread(f"discovery-sync-lease-release-{endpoint_id.to_path()}", partial(self.release, endpoint_id))
 
     def _unregister(self, instance: Endpoint) -> bool:
         """Remove the leases' registration, retrying with backoff; False when the client shut

@@ -318,10 +318,3 @@ def stored_form(instance: DiscoveryInstance) -> DiscoveryInstance:
 def instance_to_json(instance: DiscoveryInstance) -> bytes:
     """The compact stored JSON of one record."""
     return orjson.dumps(instance.to_dict())
-
-
-def record_kind_of(instance: Any) -> RecordKind:
-    kind = getattr(instance, "kind", None)
-    if not isinstance(kind, RecordKind) or not isinstance(instance, (Endpoint, Model, EventChannel, EventSource)):
-        raise ValidationError(f"expected a discovery instance, got {type(instance).__name__}")
-    return kind

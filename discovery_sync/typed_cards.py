@@ -53,7 +53,7 @@ def card_json_of(card: Any) -> dict[str, Any]:
     if dataclasses.is_dataclass(card) and not isinstance(card, type):
         return dataclasses.asdict(card)
     if callable(getattr(card, "model_dump", None)):
-        return _dumped(lambda: card.model_dump(mode="json"), card)
+        return _dumped(functools.partial(card.model_dump, mode="json"), card)
     if callable(getattr(card, "dict", None)) and hasattr(card, "__fields__"):
         return _dumped(card.dict, card)
     raise ValidationError(f"a model card must be {ACCEPTED_CARDS}, got {type(card).__name__}")

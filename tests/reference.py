@@ -79,7 +79,6 @@ class RustPeer:
         pid = self.process.pid
         threading.Thread(target=self._drain_stderr, name=f"reference-peer-{pid}-stderr", daemon=True).start()
         threading.Thread(target=self._read_replies, name=f"reference-peer-{pid}-stdout", daemon=True).start()
-        self.isolated = bool(prefix)
 
     def _read_replies(self) -> None:
         for line in self.process.stdout:

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -81,9 +82,9 @@ def bench_store(url: str, records: int) -> dict[str, Any]:
     try:
         query = ds.Query.endpoints()
         with ds.connect(url) as reader:
-            cold = timed(lambda: reader.list(query))
+            cold = timed(partial(reader.list, query))
             assert len(reader.list(query)) == records
-            warm = median_timed(lambda: reader.list(query))
+            warm = median_timed(partial(reader.list, query))
         with ds.connect(url) as scanner:
             cold_rescan = timed(scanner.rescan)
             warm_rescan = median_timed(scanner.rescan)

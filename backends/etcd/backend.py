@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from functools import partial
 from typing import Any
 
 from discovery_sync.discovery import Discovery
@@ -14,11 +15,11 @@ from discovery_sync.model import DiscoveryInstance, Model, instance_to_json
 from discovery_sync.queries import Query
 from discovery_sync.watch import WatchFeed
 
-from .gateway import EtcdGateway, parse_value
-from .keys import KeyLayout
-from .lease import LeaseKeeper
+from .layout import KeyLayout
+from .liveness import LeaseKeeper
 from .options import OPTIONS
 from .watcher import FeedWatcher
+from .wire import EtcdGateway, parse_value
 
 log = logging.getLogger("discovery_sync.backends.etcd")
 
@@ -133,7 +134,7 @@ class EtcdDiscovery(Discovery):
         if closed:
             feed._close()
             self._check_open()
-        feed.add_close_callback(lambda: self._forget(watcher))
+        feed.add_close_callback(partial(self._forget, watcher))
 
     def _forget(self, watcher: FeedWatcher) -> None:
         with self._watchers_lock:

@@ -22,8 +22,8 @@ from discovery_sync.reconcile import apply
 from discovery_sync.threads import Backoff, log_retry, start_thread
 from discovery_sync.watch import WatchFeed
 
-from .gateway import EtcdGateway, WatchEvent, WatchResult, abort_stream, parse_value, parse_watch_result
-from .keys import KeyLayout
+from .layout import KeyLayout
+from .wire import EtcdGateway, WatchEvent, WatchResult, abort_stream, parse_value, parse_watch_result
 
 log = logging.getLogger("discovery_sync.backends.etcd")
 

@@ -3,7 +3,7 @@
 Threads of a client, all named and daemonic, all stopped by ``shutdown()``:
 
 * ``discovery-sync-file-heartbeat``: touches this client's files so readers see them alive,
-  and writes back any that were swept while the client stalled;
+  and writes back any that were swept while the client stalled (:mod:`.liveness`);
 * ``discovery-sync-file-rescan``: rescans every bucket, reconciles watches (missed changes,
   then ``Resync``), warns about files it skips, deletes dead records and writes back this
   client's records when another writer replaced them;
@@ -35,19 +35,22 @@ from discovery_sync.identity import DiscoveryInstanceId, RecordKind
 from discovery_sync.model import DiscoveryInstance, instance_to_json
 from discovery_sync.periodic import PeriodicThread
 from discovery_sync.queries import Query
-from discovery_sync.threads import log_retry
 from discovery_sync.watch import WatchFeed
 
 from .directory import StoreDirectory, SymlinkRefused, listing
 from .doctor import diagnose_store
 from .layout import LOCK_DIRNAME, StoreLayout
+from .liveness import Heartbeat
 from .locks import StoreLocks
 from .mounts import choose_modes, mount_of, store_cache_window
 from .names import describe_entry, record_from
-from .notify import DirectoryNotifier
 from .options import DEFAULT_TTL, OPTIONS, store_path
 from .permissions import unsafe
-from .records import (
+from .softlock import DEFAULT_STALE_AFTER
+from .sweep import Sweeper
+from .view import BucketView, Content
+from .watcher import DirectoryNotifier
+from .wire import (
     DEFAULT_MAX_RECORD_BYTES,
     REFERENCE_TTL,
     RecordTooLarge,
@@ -55,13 +58,9 @@ from .records import (
     refresh_listing,
     remove_record,
     stat_entry,
-    touch_record,
     unread_reason,
     write_record,
 )
-from .softlock import DEFAULT_STALE_AFTER
-from .sweep import Sweeper
-from .view import BucketView, Content
 
 log = logging.getLogger("discovery_sync.backends.file")
 
@@ -169,18 +168,26 @@ class FileDiscovery(Discovery):
         # content changes a rescan found that notifications had not delivered yet, by bucket:
         # name -> (content, when first found)
         self._suspects: dict[RecordKind, dict[str, tuple[Content | None, float]]] = {kind: {} for kind in RecordKind}
-        self._heartbeat = PeriodicThread(
-            "discovery-sync-file-heartbeat",
-            self.heartbeat_interval,
-            self._beat,
-            on_error=self._heartbeat_error,
-            on_crash=self._thread_crashed,
-        )
         self._rescanner = PeriodicThread(
             "discovery-sync-file-rescan",
             self.rescan_interval,
             self.rescan,
             on_error=self._rescan_error,
+            on_crash=self._thread_crashed,
+        )
+        liveness = Heartbeat(
+            self.layout,
+            self._buckets,
+            self.heartbeat_interval,
+            owned=self._owned_now,
+            write_back=self._write_back,
+            refused=self._rescanner.wake,
+        )
+        self._heartbeat = PeriodicThread(
+            "discovery-sync-file-heartbeat",
+            self.heartbeat_interval,
+            liveness.beat,
+            on_error=liveness.error,
             on_crash=self._thread_crashed,
         )
         self._heartbeat.start()
@@ -425,31 +432,20 @@ class FileDiscovery(Discovery):
         log.warning("error while handling a file notification (the next rescan repairs it): %s", exc)
         self._rescanner.wake()
 
-    # -- heartbeat --------------------------------------------------------------------------------------
-    def _beat(self) -> None:
+    # -- heartbeat (:mod:`.liveness`) -------------------------------------------------------------------
+    def _owned_now(self) -> dict[DiscoveryInstanceId, DiscoveryInstance]:
         # dict() copies atomically under the GIL, without waiting for a long API call's lock
-        for instance_id, instance in dict(self._owned).items():
-            name = self.layout.file_name(instance_id)
-            try:
-                with self._buckets[instance_id.kind].use() as dir_fd:
-                    if touch_record(dir_fd, name) or self._closed:
-                        continue
-            except PermissionError:  # someone else's file under our name: the rescan writes ours back
-                self._rescanner.wake()
-                continue
-            with self._api_lock:
-                if self._owned.get(instance_id) is not instance or self._closed:
-                    continue  # unregistered meanwhile
-                self._write(instance, create_only=True)
-                log.warning(
-                    "record %s was removed from the store while this client is alive; wrote it again",
-                    self.layout.path_of(instance_id),
-                )
+        return dict(self._owned)
 
-    def _heartbeat_error(self, exc: BaseException) -> bool:
-        # retried every interval: a record outlives a few failed beats (ttl = 3 intervals at least)
-        log_retry(f"the heartbeat of the file store at {self.layout.root}", exc, self.heartbeat_interval)
-        return isinstance(exc, Exception)
+    def _write_back(self, instance: DiscoveryInstance) -> bool:
+        """Write a record of this client whose file is gone again (unless it was unregistered
+        meanwhile, the client is closing or the file is back); True when it was written."""
+        if self._closed:  # shutdown() holds the API lock while it stops this thread
+            return False
+        with self._api_lock:
+            if self._owned.get(instance.id()) is not instance or self._closed:
+                return False
+            return self._write(instance, create_only=True)
 
     def _thread_crashed(self, exc: BaseException) -> None:
         """A heartbeat or rescan thread ended (only a BaseException such as SystemExit ends one):
@@ -496,7 +492,7 @@ class FileDiscovery(Discovery):
     def _restore_replaced(self, kind: RecordKind, view: BucketView) -> None:
         """Write back this client's records whose file another writer replaced: another inode, or
         no regular file at all in the last scan (a FIFO or symlink in its place, or gone)."""
-        for instance_id in [i for i in dict(self._owned) if i.kind is kind]:
+        for instance_id in [i for i in self._owned_now() if i.kind is kind]:
             name = self.layout.file_name(instance_id)
             written = self._written.get(instance_id)
             if written is None or view.inode_of(name) == written:
@@ -563,7 +559,7 @@ class FileDiscovery(Discovery):
         self._feeds.fail(exc, kind)
 
     def _owned_names(self, kind: RecordKind) -> frozenset[str]:
-        return frozenset(self.layout.file_name(i) for i in dict(self._owned) if i.kind is kind)
+        return frozenset(self.layout.file_name(i) for i in self._owned_now() if i.kind is kind)
 
 
 def _confirm(

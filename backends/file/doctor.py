@@ -15,7 +15,7 @@ from .layout import StoreLayout
 from .mounts import cache_options, cache_window, mount_of
 from .names import describe_entry, id_of_name, printable, record_from
 from .permissions import unsafe
-from .records import DEFAULT_MAX_RECORD_BYTES, REFERENCE_TTL, TEMP_PREFIX, RecordTooLarge, read_file, unread_reason
+from .wire import DEFAULT_MAX_RECORD_BYTES, REFERENCE_TTL, TEMP_PREFIX, RecordTooLarge, read_file, unread_reason
 
 STALE_TEMP_SECONDS = 60.0
 MAX_LISTED_FOREIGN = 20

@@ -22,7 +22,7 @@ from discovery_sync.identity import DiscoveryInstanceId, RecordKind, id_from_pat
 from discovery_sync.model import DiscoveryInstance, instance_from_json
 from discovery_sync.pathcodec import decode, encode_filename
 
-from .records import LEFTOVER_PREFIXES
+from .wire import LEFTOVER_PREFIXES
 
 _RECORD_ALPHABET = re.compile(r"[A-Za-z0-9%]+")
 

@@ -14,8 +14,8 @@ from discovery_sync.options import (
 )
 
 from .locks import LOCK_MODES
-from .notify import OBSERVER_KINDS
 from .permissions import PERMISSION_POLICIES
+from .watcher import OBSERVER_KINDS
 
 DEFAULT_TTL = 10.0
 # auto: by the filesystem (network filesystems get polling and soft locks, see .mounts)

@@ -6,7 +6,7 @@ is *unsafe* for this user when another user (not root) owns one of its directori
 is group- or world-writable without the sticky bit. Clients warn about it on connect (or refuse
 it with ``permissions=refuse``) and ``doctor`` lists it.
 
-What clients create is deliberate (see :mod:`.directory` and :mod:`.records`): directories
+What clients create is deliberate (see :mod:`.directory` and :mod:`.wire`): directories
 0755 and record files 0644 whatever the umask (every local user can discover, only the writer
 can change); below a directory an administrator shared on purpose (group- or world-writable
 *with* the sticky bit) new directories copy its mode.

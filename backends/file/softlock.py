@@ -35,7 +35,7 @@ import orjson
 from discovery_sync.errors import LockTimeout
 from discovery_sync.threads import log_retry, start_thread
 
-from .records import RecordTooLarge, read_file, stat_entry
+from .wire import RecordTooLarge, read_file, stat_entry
 
 log = logging.getLogger("discovery_sync.backends.file")
 

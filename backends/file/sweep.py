@@ -24,8 +24,8 @@ import stat
 from discovery_sync.discovery import CollectedGarbage
 
 from .names import id_of_name, printable
-from .records import remove_record, stat_regular
 from .view import BucketView, Entry
+from .wire import remove_record, stat_regular
 
 log = logging.getLogger("discovery_sync.backends.file")
 

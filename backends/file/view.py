@@ -42,12 +42,11 @@ from discovery_sync.reconcile import Change, apply
 
 from .directory import StoreDirectory, listing
 from .names import describe_entry, may_be_record, printable, record_from
-from .records import DEFAULT_MAX_RECORD_BYTES, RecordTooLarge, read_regular, stat_entry, stat_regular, unread_reason
+from .wire import DEFAULT_MAX_RECORD_BYTES, RecordTooLarge, read_regular, stat_entry, stat_regular, unread_reason
 
 log = logging.getLogger("discovery_sync.backends.file")
 
 Publish = Callable[[DiscoveryEvent, "DiscoveryInstance | None"], None]
-Version = tuple[int, int, int]  # (inode, size, mtime_ns) of a file
 Content = bytes  # a digest of a file's bytes
 Gate = Callable[[str, "Content | None"], bool]
 #: foreign names warned about by name in one scan; the rest are counted in one line

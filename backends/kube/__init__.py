@@ -16,10 +16,10 @@ from typing import Any
 
 from discovery_sync.errors import ValidationError
 
-from .api import KubeApi, make_api_client
 from .backend import KubeDiscovery
 from .identity import DEFAULT_PODINFO_DIR, PodIdentity, instance_id_for, resolve_identity
 from .options import IDENTITY_OPTIONS, OPTIONS
+from .wire import KubeApi, make_api_client
 
 __all__ = ["MANIFESTS", "KubeDiscovery", "PodIdentity", "from_url", "instance_id_for", "resolve_identity"]
 

@@ -7,7 +7,7 @@ seconds (250 ms doubling to 2 s). When the write fails the local metadata is rol
 BackendUnavailable is raised (ValidationError when the server refuses the CR as invalid). In
 container mode a stale CR of this worker's name is deleted at start.
 
-Reads: the :class:`~.daemon.KubeDaemon` view of every served worker plus this pod's own records.
+Reads: the :class:`~.view.KubeDaemon` view of every served worker plus this pod's own records.
 ``list``/``list_and_watch`` wait for the view to be Ready (``ready_timeout``) and, with
 ``consistent_reads`` (the default), for it to catch up with the API server (``sync_timeout``),
 so a record another pod wrote before the call is seen. Model conflicts between racing writers
@@ -22,6 +22,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any, TypeVar
 
 from kubernetes.client.exceptions import ApiException
@@ -34,12 +35,12 @@ from discovery_sync.queries import Query
 from discovery_sync.specs import DiscoverySpec, EndpointSpec, EventSourceSpec
 from discovery_sync.watch import WatchFeed
 
-from .api import TRANSPORT_ERRORS, KubeApi, explain
-from .daemon import KubeDaemon, State
 from .identity import PodIdentity, check_publisher_id
-from .metadata import worker_metadata_body
+from .layout import worker_metadata_body
+from .liveness import parse_rv
 from .options import OPTIONS
-from .view import parse_rv
+from .view import KubeDaemon, State
+from .wire import TRANSPORT_ERRORS, KubeApi, explain
 
 log = logging.getLogger("discovery_sync.backends.kube")
 
@@ -88,7 +89,7 @@ class KubeDiscovery(Discovery):
         self._cr_uid: str | None = None
         self.writes = 0
         if identity.mode == "container":
-            self._retrying(lambda: api.delete_worker_metadata(identity.cr_name), "deleting the stale CR")
+            self._retrying(partial(api.delete_worker_metadata, identity.cr_name), "deleting the stale CR")
         self.daemon = KubeDaemon(api, mode=identity.mode, own_cr_name=identity.cr_name)
         self.daemon.start()
 
@@ -159,7 +160,7 @@ class KubeDiscovery(Discovery):
             self._local[key] = value
         body = worker_metadata_body(self.identity, self._local.values())
         try:
-            stored = self._retrying(lambda: self.api.apply_worker_metadata(self.identity.cr_name, body), action)
+            stored = self._retrying(partial(self.api.apply_worker_metadata, self.identity.cr_name, body), action)
         except BaseException:
             if before is None:
                 self._local.pop(key, None)
@@ -250,7 +251,7 @@ class KubeDiscovery(Discovery):
         if cr_uid is not None:
             try:
                 self._retrying(
-                    lambda: self.api.delete_worker_metadata(self.identity.cr_name, cr_uid),
+                    partial(self.api.delete_worker_metadata, self.identity.cr_name, cr_uid),
                     f"deleting DynamoWorkerMetadata {self.identity.cr_name}",
                     timeout=min(self.write_timeout, 2.0),
                 )

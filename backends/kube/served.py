@@ -2,7 +2,7 @@
 
 The rule (the same for a full rebuild and for one change): this pod's own records always win;
 otherwise a record comes from the first served worker by CR name that holds its id. A worker is
-handed in only while it is served (ready, owned, unambiguous: :func:`~.view.is_served`).
+handed in only while it is served (ready, owned, unambiguous: :func:`~.liveness.is_served`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from discovery_sync.identity import DiscoveryInstanceId
 from discovery_sync.model import DiscoveryInstance
 
-from .view import Readiness, WorkerEntry, is_served
+from .liveness import WorkerEntry
 
 #: a served record and the CR resourceVersion it first appeared at (None: not comparable)
 Candidate = tuple[DiscoveryInstance, "int | None"]
@@ -64,34 +64,9 @@ class ServedSet:
         entry = self._workers[min(holders)]
         return entry.records[key], entry.first_seen.get(key)
 
-    def ids(self) -> set[DiscoveryInstanceId]:
-        return set(self._local) | set(self._holders)
-
     def clear_workers(self) -> set[DiscoveryInstanceId]:
         """Stop serving every worker (before a rebuild); the ids they held."""
         touched = set(self._holders)
         self._workers.clear()
         self._holders.clear()
         return touched
-
-
-def served_records(
-    entries: Mapping[str, WorkerEntry],
-    ready: Readiness,
-    *,
-    exclude: str | None = None,
-    local: Mapping[DiscoveryInstanceId, DiscoveryInstance] | None = None,
-    local_seen: Mapping[DiscoveryInstanceId, int | None] | None = None,
-) -> tuple[dict[DiscoveryInstanceId, DiscoveryInstance], dict[DiscoveryInstanceId, int | None]]:
-    """The records readers see and the version each first appeared at, built from scratch."""
-    served = ServedSet(exclude)
-    served.set_local(local or {}, local_seen or {})
-    for name, entry in entries.items():
-        served.set_worker(name, entry if is_served(entry, ready) else None)
-    records: dict[DiscoveryInstanceId, DiscoveryInstance] = {}
-    seen: dict[DiscoveryInstanceId, int | None] = {}
-    for key in served.ids():
-        candidate = served.candidate(key)
-        assert candidate is not None
-        records[key], seen[key] = candidate
-    return records, seen

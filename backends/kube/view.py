@@ -1,114 +1,393 @@
-"""Which workers are served, and with which records: pure functions over the watched objects.
+"""Served view of the kube backend: the ready-gated records of every worker, fed by two watches.
 
-A worker (one DynamoWorkerMetadata) is served only when it is ready, its CR exists and the CR's
-Pod ownerReference uid equals the ready pod's uid. Readiness comes from EndpointSlices in pod
-mode (an endpoint with ``conditions.ready`` true and a complete ``targetRef``) and from Pod
-container statuses in container mode. Two ready uids for one CR name (a stale slice during a pod
-restart) exclude it.
+This is what the reference runtime calls the discovery "daemon" (hence :class:`KubeDaemon`, the
+thread name and "the daemon" below).
+
+A named thread (``discovery-sync-kube-daemon``) applies what two :class:`ResourceStream` threads
+report — the DynamoWorkerMetadata CRs of the namespace, and readiness (EndpointSlices labelled
+``nvidia.com/dynamo-discovery-enabled=true`` in pod mode, Pods with that label in container mode)
+— to one view, and pushes every change to the open watch feeds (classified by
+:func:`discovery_sync.reconcile.diff`). A re-list after a 410 reconciles every feed and forces a
+Resync. This pod's own records come from the backend (:meth:`KubeDaemon.set_local`), not from its
+CR, so they are seen at once and whether or not the pod is ready.
+
+States: ``Pending`` until both resources were listed once, then ``Ready``; ``Stopped`` after
+:meth:`stop`; ``Failed(reason)`` when the CRD or RBAC is missing at start, or on a bug — then
+every feed fails with the cause, never silently.
+
+:meth:`sync` is the read barrier behind read-your-writes across pods: it lists both resources and
+waits until the view has applied at least that state (comparing resourceVersions as integers, as
+etcd-backed servers issue them).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import enum
+import logging
+import queue
+import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kubernetes.client.exceptions import ApiException
+
+from discovery_sync.broadcast import FeedSet
+from discovery_sync.errors import BackendUnavailable
+from discovery_sync.events import Added, DiscoveryEvent, Removed, Resync
 from discovery_sync.identity import DiscoveryInstanceId
 from discovery_sync.model import DiscoveryInstance
+from discovery_sync.queries import Query
+from discovery_sync.reconcile import apply
+from discovery_sync.threads import start_thread
+from discovery_sync.watch import WatchFeed
 
-from .identity import cr_name_for
-from .metadata import Slot, parse_data
+from .liveness import Readiness, WorkerEntry, is_served, parse_rv, ready_from_pods, ready_from_slices, update_entry
+from .served import ServedSet
+from .watcher import Changed, Crashed, Fatal, Listed, Message, Progress, ResourceStream, Trouble
+from .wire import TRANSPORT_ERRORS, KubeApi, Resource, explain
 
-#: CR name -> uids of the ready pods that may own it
-Readiness = dict[str, set[str]]
+log = logging.getLogger("discovery_sync.backends.kube")
 
-
-def parse_rv(value: Any) -> int | None:
-    """A resourceVersion as an integer (what etcd-backed servers use), or None when it is not one."""
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def ready_from_slices(slices: Iterable[Mapping[str, Any]]) -> Readiness:
-    """Pod mode: the pods EndpointSlices list as ready, by pod name (= CR name)."""
-    ready: Readiness = {}
-    for item in slices:
-        for endpoint in item.get("endpoints") or []:
-            ref = endpoint.get("targetRef") or {}
-            conditions = endpoint.get("conditions") or {}
-            if (
-                conditions.get("ready") is True
-                and ref.get("name")
-                and ref.get("uid")
-                and ref.get("kind", "Pod") == "Pod"
-            ):
-                ready.setdefault(ref["name"], set()).add(ref["uid"])
-    return ready
+THREAD_NAME = "discovery-sync-kube-daemon"
 
 
-def ready_from_pods(pods: Iterable[Mapping[str, Any]]) -> Readiness:
-    """Container mode: every ready container of a pod, by its CR name (``{pod}[-{container}]``)."""
-    ready: Readiness = {}
-    for pod in pods:
-        meta = pod.get("metadata") or {}
-        if not meta.get("name") or not meta.get("uid"):
-            continue
-        for status in (pod.get("status") or {}).get("containerStatuses") or []:
-            if status.get("ready") is True and status.get("name"):
-                ready.setdefault(cr_name_for(meta["name"], status["name"]), set()).add(meta["uid"])
-    return ready
+class State(enum.Enum):
+    PENDING = "Pending"
+    READY = "Ready"
+    STOPPED = "Stopped"
+    FAILED = "Failed"
 
 
-def pod_owner_uid(cr: Mapping[str, Any]) -> str | None:
-    """The uid of the Pod the CR's ownerReferences name (None without one)."""
-    for ref in (cr.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("kind") == "Pod" and ref.get("apiVersion", "v1") == "v1" and ref.get("uid"):
-            uid: str = ref["uid"]
-            return uid
-    return None
+@dataclass
+class ResourceCache:
+    """The objects of one watched resource and how far the stream has got (highest resourceVersion)."""
+
+    resource: Resource
+    objects: dict[str, dict[str, Any]] = field(default_factory=dict)
+    progress: int | None = None
+    listed: bool = False
+
+    def advance(self, version: Any) -> None:
+        number = parse_rv(version)
+        if number is not None and (self.progress is None or number > self.progress):
+            self.progress = number
+
+    def covers(self, listed: Mapping[str, Mapping[str, Any]], version: str) -> bool:
+        """Whether this cache reflects at least the state of a list taken at ``version``.
+
+        Every listed object's change must have been applied, and every cached object missing from
+        the list must be newer than the list (else it was deleted and the stream is behind).
+        Without integer resourceVersions this cannot be judged and counts as covered.
+        """
+        at = parse_rv(version)
+        versions = [parse_rv((o.get("metadata") or {}).get("resourceVersion")) for o in listed.values()]
+        if at is None or None in versions:
+            return True
+        newest = max([v for v in versions if v is not None], default=0)
+        if newest and (self.progress is None or self.progress < newest):
+            return False
+        for name, obj in self.objects.items():
+            if name not in listed:
+                mine = parse_rv((obj.get("metadata") or {}).get("resourceVersion"))
+                if mine is None or mine <= at:
+                    return False
+        return True
 
 
-@dataclass(frozen=True)
-class WorkerEntry:
-    """One DynamoWorkerMetadata as a reader knows it: its last valid records and when each appeared."""
+class KubeDaemon:
+    """The view of one namespace for one client; see the module docstring."""
 
-    name: str
-    uid: str | None
-    owner_uid: str | None
-    resource_version: str
-    slots: dict[Slot, DiscoveryInstance] = field(default_factory=dict)
-    records: dict[DiscoveryInstanceId, DiscoveryInstance] = field(default_factory=dict)
-    #: the CR resourceVersion at which each record first appeared in this CR (None: not comparable)
-    first_seen: dict[DiscoveryInstanceId, int | None] = field(default_factory=dict)
+    def __init__(self, api: KubeApi, *, mode: str, own_cr_name: str) -> None:
+        self.api = api
+        self.mode = mode
+        self.own_cr_name = own_cr_name
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        self._queue: queue.Queue[Message | None] = queue.Queue()
+        self._crs = ResourceCache(api.worker_metadata)
+        self._readiness = ResourceCache(api.pods if mode == "container" else api.endpoint_slices)
+        self._caches = {c.resource.plural: c for c in (self._crs, self._readiness)}
+        self._entries: dict[str, WorkerEntry] = {}
+        self._readiness_map: Readiness = {}
+        self._serving = ServedSet(exclude=own_cr_name)
+        self._served: dict[DiscoveryInstanceId, DiscoveryInstance] = {}
+        self._first_seen: dict[DiscoveryInstanceId, int | None] = {}
+        self._feeds = FeedSet()
+        self.state = State.PENDING
+        self.reason = ""
+        self.last_error = ""
+        self.resyncs = 0
+        self._stale_warned = False
+        self._streams = [ResourceStream(api, cache.resource, self._queue.put) for cache in self._caches.values()]
+        self._thread = start_thread(THREAD_NAME, self._run, self._fail, start=False)
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+        for stream in self._streams:
+            stream.start()
+
+    def stop(self) -> None:
+        """Stop the threads and close every feed; the state becomes Stopped (unless it Failed)."""
+        for stream in self._streams:
+            stream.stop()
+        self._queue.put(None)
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(5)
+        with self._changed:
+            if self.state is not State.FAILED:
+                self.state = State.STOPPED
+            self._changed.notify_all()
+        self._feeds.close_all()
+
+    def join(self, timeout: float) -> bool:
+        """Wait (at most ``timeout`` s) for the threads to end after a stop or failure; True when they did."""
+        for thread in [self._thread, *(s._thread for s in self._streams)]:
+            if thread.is_alive() and thread is not threading.current_thread():
+                thread.join(timeout)
+        return not self.threads()
+
+    def threads(self) -> list[str]:
+        """Names of this daemon's live threads."""
+        alive = [self._thread] if self._thread.is_alive() else []
+        return [t.name for t in alive] + [s._thread.name for s in self._streams if s.is_alive()]
+
+    # -- waiting ------------------------------------------------------------------------------------
+    def wait_ready(self, timeout: float) -> None:
+        """Return once Ready; BackendUnavailable when Failed, Stopped or still Pending after ``timeout``."""
+        with self._changed:
+            self._changed.wait_for(lambda: self.state is not State.PENDING, timeout)
+            state, reason, last_error = self.state, self.reason, self.last_error
+        if state is State.READY:
+            return
+        if state is State.FAILED:
+            raise BackendUnavailable(f"Kubernetes discovery failed: {reason}")
+        if state is State.STOPPED:
+            raise BackendUnavailable("Kubernetes discovery was stopped")
+        waiting = ", ".join(c.resource.plural for c in self._caches.values() if not c.listed) or "nothing"
+        raise BackendUnavailable(
+            f"Kubernetes discovery is not ready after {timeout:g} s (still listing {waiting}"
+            + (f"; last error: {last_error})" if last_error else ")")
+        )
+
+    def sync(self, timeout: float) -> bool:
+        """Wait until the view reflects everything stored when this call started (read-your-writes).
+
+        Returns False (after logging) when that could not be checked or did not happen within
+        ``timeout``; the view is then served as it is, possibly stale.
+        """
+        targets = []
+        for cache in self._caches.values():
+            try:
+                objects, version = self.api.list_all(cache.resource)
+            except (ApiException, *TRANSPORT_ERRORS) as exc:
+                self._warn_stale(explain(exc, f"listing {cache.resource.plural}"))
+                return False
+            targets.append((cache, objects, version))
+        with self._changed:
+            current = self._changed.wait_for(
+                lambda: self.state is not State.READY or all(c.covers(o, v) for c, o, v in targets), timeout
+            )
+        if not current:
+            self._warn_stale(f"the watches did not catch up with the API server within {timeout:g} s")
+        else:
+            self._stale_warned = False
+        return current
+
+    def _warn_stale(self, why: str) -> None:
+        if not self._stale_warned:
+            log.warning("serving the discovery view without checking that it is current: %s", why)
+            self._stale_warned = True
+
+    # -- reading ------------------------------------------------------------------------------------
+    def records(self, query: Query | None = None) -> list[DiscoveryInstance]:
+        with self._lock:
+            return [r for r in self._served.values() if query is None or query.matches(r)]
+
+    def get(self, instance_id: DiscoveryInstanceId) -> DiscoveryInstance | None:
+        with self._lock:
+            return self._served.get(instance_id)
+
+    def first_seen(self, instance_id: DiscoveryInstanceId) -> int | None:
+        """The resourceVersion at which the served record first appeared in its CR (None: unknown)."""
+        with self._lock:
+            return self._first_seen.get(instance_id)
+
+    def open_feed(self, feed: WatchFeed) -> None:
+        """Start ``feed`` with the current view and keep it fed; BackendUnavailable unless Ready."""
+        with self._lock:
+            if self.state is not State.READY:
+                raise BackendUnavailable(f"Kubernetes discovery is {self.state.value}: {self.reason}")
+            feed.start(self._served.values())
+            self._feeds.add(feed)
+
+    def status(self) -> dict[str, Any]:
+        with self._lock:
+            ready = self._readiness_map
+            return {
+                "state": self.state.value,
+                "reason": self.reason,
+                "last_error": self.last_error,
+                "workers": len(self._entries),
+                "served_workers": sorted(e.name for e in self._entries.values() if is_served(e, ready)),
+                "records": len(self._served),
+                "resyncs": self.resyncs,
+                "watches": len(self._feeds),
+                "threads": self.threads(),
+            }
+
+    # -- this pod's records -------------------------------------------------------------------------
+    def set_local(
+        self, records: Mapping[DiscoveryInstanceId, DiscoveryInstance], seen: Mapping[DiscoveryInstanceId, int | None]
+    ) -> None:
+        """This pod's records changed (after a successful write): update the view and the feeds."""
+        with self._changed:
+            touched = self._serving.set_local(records, seen)
+            if self.state is not State.FAILED:
+                self._publish(touched, resync=False)
+            self._changed.notify_all()
+
+    # -- the daemon thread --------------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            message = self._queue.get()
+            if message is None:
+                return
+            try:
+                with self._changed:
+                    self._handle(message)
+                    self._changed.notify_all()
+            except BaseException as exc:
+                self._fail(exc)
+                return
+            if self.state is State.FAILED:  # a Fatal message: nothing more to do
+                return
+
+    def _handle(self, message: Message) -> None:
+        if self.state in (State.FAILED, State.STOPPED):
+            return
+        if isinstance(message, Crashed):
+            raise message.error
+        if isinstance(message, Fatal):
+            self._fail_with(message.message)
+            return
+        if isinstance(message, Trouble):
+            self.last_error = message.message
+            return
+        cache = self._caches[message.resource]
+        if isinstance(message, Progress):
+            cache.advance(message.resource_version)
+            return
+        if isinstance(message, Listed):
+            cache.objects = dict(message.objects)
+            cache.progress = None
+            cache.advance(message.resource_version)
+            cache.listed = True
+            if cache is self._crs:
+                self._entries = {
+                    name: update_entry(self._entries.get(name), obj) for name, obj in message.objects.items()
+                }
+                touched = self._serve_all()
+            else:
+                touched = self._readiness_changed()
+            resync = not message.initial and self.state is State.READY
+            if resync:
+                self.resyncs += 1
+                log.info("listed %s again; resynchronising %d watch(es)", message.resource, len(self._feeds))
+            self._publish(touched, resync=resync)
+            if self.state is State.PENDING and all(c.listed for c in self._caches.values()):
+                self.state = State.READY
+                self.last_error = ""
+                log.debug("Kubernetes discovery is ready (%d workers)", len(self._entries))
+            return
+        assert isinstance(message, Changed)
+        obj = message.object
+        name = (obj.get("metadata") or {}).get("name", "")
+        cache.advance((obj.get("metadata") or {}).get("resourceVersion"))
+        if message.type == "DELETED":
+            cache.objects.pop(name, None)
+            if cache is self._crs:
+                self._entries.pop(name, None)
+        else:
+            cache.objects[name] = obj
+            if cache is self._crs:
+                self._entries[name] = update_entry(self._entries.get(name), obj)
+        self._publish(self._serve(name) if cache is self._crs else self._readiness_changed(), resync=False)
+
+    # One change re-serves only the workers it concerns, so delivery does not slow down with the
+    # size of the namespace; a new list re-serves them all.
+    def _serve(self, name: str) -> set[DiscoveryInstanceId]:
+        """Serve worker ``name`` or not, by its CR and readiness now; the record ids that may have changed."""
+        entry = self._entries.get(name)
+        served = entry is not None and is_served(entry, self._readiness_map)
+        return self._serving.set_worker(name, entry if served else None)
+
+    def _serve_all(self) -> set[DiscoveryInstanceId]:
+        touched = self._serving.clear_workers()
+        for name in self._entries:
+            touched |= self._serve(name)
+        return touched
+
+    def _readiness_changed(self) -> set[DiscoveryInstanceId]:
+        objects = self._readiness.objects.values()
+        ready = ready_from_pods(objects) if self.mode == "container" else ready_from_slices(objects)
+        before, self._readiness_map = self._readiness_map, ready
+        touched: set[DiscoveryInstanceId] = set()
+        for name in before.keys() | ready.keys():
+            if before.get(name) != ready.get(name):
+                touched |= self._serve(name)
+        return touched
+
+    def _publish(self, touched: set[DiscoveryInstanceId], *, resync: bool) -> None:
+        """Bring the served records of ``touched`` up to date; publish the events (or reconcile every feed)."""
+        events: list[DiscoveryEvent] = []
+        for key in sorted(touched, key=lambda k: (k.kind.value, k.to_path())):
+            candidate = self._serving.candidate(key)
+            old = self._served.get(key)
+            if candidate is None:
+                if old is not None:
+                    del self._served[key]
+                    self._first_seen.pop(key, None)
+                    events.append(Removed(key))
+                continue
+            record, self._first_seen[key] = candidate
+            self._served[key], event, _ = apply(old, record)
+            if event is not None:
+                events.append(event)
+        if resync:
+            for feed in self._feeds.current():
+                feed.reconcile(self._served.values(), force_resync=True)
+            return
+        for event in events:
+            self._feeds.publish(event, None if isinstance(event, Removed) else self._served[_event_id(event)])
+
+    def _fail_with(self, reason: str) -> None:
+        self._fail(BackendUnavailable(reason))
+
+    def _fail(self, exc: BaseException) -> None:
+        reason = str(exc) if isinstance(exc, BackendUnavailable) else f"{type(exc).__name__}: {exc}"
+        if not isinstance(exc, BackendUnavailable):
+            log.error(
+                "thread %s: the Kubernetes discovery daemon failed: %r",
+                threading.current_thread().name,
+                exc,
+                exc_info=exc,
+            )
+        else:
+            log.error("Kubernetes discovery failed: %s", reason)
+        with self._changed:
+            self.state = State.FAILED
+            self.reason = reason
+            self._changed.notify_all()
+        self._feeds.fail(exc)
+        for stream in self._streams:
+            stream.stop(timeout=0)
 
 
-def update_entry(previous: WorkerEntry | None, cr: Mapping[str, Any]) -> WorkerEntry:
-    """The entry for a new version of a CR.
-
-    While the CR uid and owner uid are unchanged, a ``spec.data`` that is null or unparsable keeps
-    the last valid records, and records keep the version they first appeared at.
-    """
-    meta = cr.get("metadata") or {}
-    name, uid, owner = meta.get("name", ""), meta.get("uid"), pod_owner_uid(cr)
-    version = str(meta.get("resourceVersion", ""))
-    same = previous is not None and (previous.uid, previous.owner_uid) == (uid, owner)
-    if same and previous is not None and previous.resource_version == version:
-        return previous
-    kept = previous.slots if same and previous is not None else {}
-    spec = cr.get("spec")
-    parsed = parse_data(spec.get("data") if isinstance(spec, dict) else None, kept, f"DynamoWorkerMetadata {name}")
-    slots = kept if parsed is None else parsed
-    records: dict[DiscoveryInstanceId, DiscoveryInstance] = {}
-    for record in slots.values():
-        records.setdefault(record.id(), record)
-    rv = parse_rv(version)
-    seen = previous.first_seen if same and previous is not None else {}
-    first_seen = {key: seen.get(key, rv) for key in records}
-    return WorkerEntry(name, uid, owner, version, dict(slots), records, first_seen)
-
-
-def is_served(entry: WorkerEntry, ready: Readiness) -> bool:
-    uids = ready.get(entry.name)
-    return uids is not None and len(uids) == 1 and entry.owner_uid in uids
+def _event_id(event: DiscoveryEvent) -> DiscoveryInstanceId:
+    if isinstance(event, Added):
+        return event.instance.id()
+    if isinstance(event, Resync):
+        raise TypeError("a Resync is the event of no single record")
+    return event.id

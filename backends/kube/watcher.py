@@ -21,7 +21,7 @@ from kubernetes.client.exceptions import ApiException
 
 from discovery_sync.threads import start_thread
 
-from .api import TRANSPORT_ERRORS, Gone, KubeApi, Resource, abort, explain
+from .wire import TRANSPORT_ERRORS, Gone, KubeApi, Resource, abort, explain
 
 log = logging.getLogger("discovery_sync.backends.kube")
 

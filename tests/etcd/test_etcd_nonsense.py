@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 from discovery_sync.backends.etcd import watcher as watcher_module
-from discovery_sync.backends.etcd.gateway import EtcdGateway, parse_watch_result
+from discovery_sync.backends.etcd.wire import EtcdGateway, parse_watch_result
 
 import discovery_sync as ds
 from discovery_sync.errors import DiscoveryError

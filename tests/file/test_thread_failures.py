@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from discovery_sync.backends.file import backend as file_backend
+from discovery_sync.backends.file import liveness as file_liveness
 from discovery_sync.backends.file.softlock import SoftLocks
 from discovery_sync.backends.file.sweep import Sweeper
 
@@ -71,8 +71,8 @@ def wait_status(client: ds.Discovery, predicate: Callable[[dict[str, Any]], bool
 def test_heartbeat_survives_an_unexpected_error_and_recovers(store, monkeypatch, escaped, thread_log: LogCatcher):
     with ds.connect(url(store)) as owner, ds.connect(url(store)) as reader:
         endpoint = owner.register(endpoint_spec())
-        fault = Fault(file_backend.touch_record, RuntimeError("injected heartbeat fault"))
-        monkeypatch.setattr(file_backend, "touch_record", fault)
+        fault = Fault(file_liveness.touch_record, RuntimeError("injected heartbeat fault"))
+        monkeypatch.setattr(file_liveness, "touch_record", fault)
         assert fault.hit.wait(WAIT)
         status = wait_status(owner, lambda s: s["heartbeat"]["failures"] >= 2)
         assert status["connected"] is False and status["heartbeat"]["alive"] is True

@@ -6,7 +6,7 @@ import time
 import uuid
 
 import pytest
-from discovery_sync.backends.etcd.gateway import EtcdGateway
+from discovery_sync.backends.etcd.wire import EtcdGateway
 
 import discovery_sync as ds
 from tests.helpers import next_event

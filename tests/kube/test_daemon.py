@@ -6,7 +6,7 @@ import queue
 import threading
 
 import pytest
-from discovery_sync.backends.kube.daemon import THREAD_NAME, State
+from discovery_sync.backends.kube.view import THREAD_NAME, State
 
 import discovery_sync as ds
 from tests.helpers import endpoint_spec, initial_state

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from discovery_sync.backends.kube.api import KubeApi
-from discovery_sync.backends.kube.daemon import KubeDaemon
+from discovery_sync.backends.kube.view import KubeDaemon
+from discovery_sync.backends.kube.wire import KubeApi
 
 import discovery_sync as ds
 from tests.helpers import LogCatcher, initial_state

@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
-from discovery_sync.backends.kube.api import Resource
-from discovery_sync.backends.kube.daemon import ResourceCache
-from discovery_sync.backends.kube.metadata import spec_data
-from discovery_sync.backends.kube.served import served_records
-from discovery_sync.backends.kube.view import ready_from_pods, ready_from_slices, update_entry
+from discovery_sync.backends.kube.layout import spec_data
+from discovery_sync.backends.kube.liveness import (
+    Readiness,
+    WorkerEntry,
+    is_served,
+    ready_from_pods,
+    ready_from_slices,
+    update_entry,
+)
+from discovery_sync.backends.kube.served import ServedSet
+from discovery_sync.backends.kube.view import ResourceCache
+from discovery_sync.backends.kube.wire import Resource
 
+from discovery_sync.identity import DiscoveryInstanceId
+from discovery_sync.model import DiscoveryInstance
 from tests.helpers import endpoint_spec, model_spec
 
 
@@ -20,6 +30,28 @@ def cr(name: str, rv: int, data: Any, uid: str = "cr-uid", owner: str | None = "
         "metadata": {"name": name, "uid": uid, "resourceVersion": str(rv), "ownerReferences": refs},
         "spec": {"data": data},
     }
+
+
+def served_records(
+    entries: Mapping[str, WorkerEntry],
+    ready: Readiness,
+    *,
+    exclude: str | None = None,
+    local: Mapping[DiscoveryInstanceId, DiscoveryInstance] | None = None,
+    local_seen: Mapping[DiscoveryInstanceId, int | None] | None = None,
+) -> tuple[dict[DiscoveryInstanceId, DiscoveryInstance], dict[DiscoveryInstanceId, int | None]]:
+    """What a ServedSet built from scratch serves: the records and the version each first appeared at."""
+    served = ServedSet(exclude)
+    served.set_local(local or {}, local_seen or {})
+    for name, entry in entries.items():
+        served.set_worker(name, entry if is_served(entry, ready) else None)
+    records: dict[DiscoveryInstanceId, DiscoveryInstance] = {}
+    seen: dict[DiscoveryInstanceId, int | None] = {}
+    for key in {*(local or {}), *(key for entry in entries.values() for key in entry.records)}:
+        candidate = served.candidate(key)
+        if candidate is not None:
+            records[key], seen[key] = candidate
+    return records, seen
 
 
 def obj(name: str, rv: int) -> dict[str, Any]:

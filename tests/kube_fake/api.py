@@ -18,7 +18,6 @@ from .watch import Watcher
 APPLY = "application/apply-patch+yaml"
 MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
-JSON_PATCH = "application/json-patch+json"
 DEFAULT_WATCH_TIMEOUT = 1800.0
 
 

@@ -215,10 +215,10 @@ def watch(url: str, component: str) -> None:
 
 def skew_heartbeats(seconds: float) -> None:
     """Make this process's heartbeat touches set mtimes ``seconds`` off this host's clock."""
-    from discovery_sync.backends.file import backend
+    from discovery_sync.backends.file import liveness
 
-    if not callable(getattr(backend, "touch_record", None)):
-        raise SystemExit("the file backend no longer heartbeats through backend.touch_record: update this agent")
+    if not callable(getattr(liveness, "touch_record", None)):
+        raise SystemExit("the file backend no longer heartbeats through liveness.touch_record: update this agent")
 
     def skewed_touch(dir_fd: int, name: str) -> bool:
         stamp = time.time() + seconds
@@ -228,7 +228,7 @@ def skew_heartbeats(seconds: float) -> None:
             return False
         return True
 
-    backend.touch_record = skewed_touch
+    liveness.touch_record = skewed_touch
 
 
 def hold(url: str, component: str, count: int, skew: float | None) -> None:

@@ -1,4 +1,4 @@
-"""Change notification for bucket directories with watchdog.
+"""Watch producer of the file backend: watchdog observers report changed names in bucket directories.
 
 Every notification means only "re-read this file": the view decides what changed. inotify
 (the default) serves one host; the polling observer also sees other hosts' writes on network

@@ -1,4 +1,4 @@
-"""Record files, read and written relative to an open bucket directory (``dir_fd``).
+"""Wire client of the file backend: record files, read and written relative to an open bucket directory.
 
 Writes are atomic: a temp file, then a link (create-if-absent) or a rename (overwrite), so
 readers never see a partial record written by this library; names starting with ``.`` are

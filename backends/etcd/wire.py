@@ -1,4 +1,4 @@
-"""etcd v3 through its JSON gateway, with ``requests``: the few calls discovery needs.
+"""Wire client of the etcd backend: etcd v3 through its JSON gateway with ``requests``, the calls needed.
 
 Keys and values travel base64-encoded; int64s arrive as strings and zero values are omitted
 (so a PUT event has no ``type``). Requests go to one endpoint at a time and fail over to the
@@ -23,6 +23,7 @@ import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 import requests
@@ -468,7 +469,7 @@ class EtcdGateway:
         body: dict[str, Any] = {"TTL": str(ttl)}
         if lease_id:
             body["ID"] = str(lease_id)
-        return self._call("/v3/lease/grant", body, lambda reply: _lease_grant_reply(reply, lease_id))
+        return self._call("/v3/lease/grant", body, partial(_lease_grant_reply, requested=lease_id))
 
     def lease_keepalive(self, lease_id: int) -> int:
         """The lease's remaining TTL; 0 when the lease has expired."""

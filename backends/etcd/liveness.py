@@ -1,4 +1,4 @@
-"""The client's lease: granted at start, kept alive by a named thread, re-granted when lost.
+"""Liveness of the etcd backend: the client's lease, kept alive by a named thread and re-granted when lost.
 
 The lease id is the client's instance id, so a lost lease (expired during an outage, or while
 the server answered nonsense) is granted again with the SAME id and the client's records are
@@ -16,7 +16,7 @@ from typing import Any
 from discovery_sync.periodic import PeriodicThread
 from discovery_sync.threads import log_retry
 
-from .gateway import EtcdGateway
+from .wire import EtcdGateway
 
 log = logging.getLogger("discovery_sync.backends.etcd")
 

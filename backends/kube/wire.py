@@ -1,4 +1,4 @@
-"""The few Kubernetes API calls discovery needs, through the official ``kubernetes`` client.
+"""Wire client of the kube backend: the few API calls discovery needs, through the official ``kubernetes`` client.
 
 Everything travels as raw JSON dicts (``_preload_content=False``, parsed with orjson): CRs are
 dicts anyway and Pods / EndpointSlices need no model classes here. Watches are read line by line
@@ -12,6 +12,7 @@ import logging
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, cast
 
 import orjson
@@ -128,15 +129,15 @@ class KubeApi:
         core, discovery = client.CoreV1Api(api_client), client.DiscoveryV1Api(api_client)
         self.worker_metadata = Resource(
             PLURAL,
-            lambda **kw: self.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, **kw),
+            partial(self.custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL),
         )
         self.endpoint_slices = Resource(
             "endpointslices",
-            lambda **kw: discovery.list_namespaced_endpoint_slice(namespace, label_selector=DISCOVERY_SELECTOR, **kw),
+            partial(discovery.list_namespaced_endpoint_slice, namespace, label_selector=DISCOVERY_SELECTOR),
         )
         self.pods = Resource(
             "pods",
-            lambda **kw: core.list_namespaced_pod(namespace, label_selector=DISCOVERY_SELECTOR, **kw),
+            partial(core.list_namespaced_pod, namespace, label_selector=DISCOVERY_SELECTOR),
         )
 
     # -- reads --------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""``spec.data`` of a DynamoWorkerMetadata: four maps keyed by identity path, valued by instance JSON.
+"""Key layout of the kube backend: a CR's ``spec.data``, four maps keyed by identity path, valued by instance JSON.
 
 Writers (this pod) build it from their records with :func:`spec_data` and send the whole CR,
 shaped by :func:`worker_metadata_body`. Readers use the values, not the keys, and accept the
@@ -16,8 +16,8 @@ from discovery_sync.errors import ValidationError
 from discovery_sync.identity import RecordKind
 from discovery_sync.model import DiscoveryInstance, instance_from_dict
 
-from .api import API_VERSION, KIND
 from .identity import PodIdentity
+from .wire import API_VERSION, KIND
 
 log = logging.getLogger("discovery_sync.backends.kube")
 
