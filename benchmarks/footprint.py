@@ -3,7 +3,7 @@
     .venv/bin/python -m benchmarks.footprint [--runs 15] [--extras none,etcd,kube,all]
 
 Run from the repository root (it needs the network to reach the package index). Builds the wheel
-from the checkout, then for each extra installs it into a new venv of this interpreter and
+from a copy of the checkout, then for each extra installs it into a new venv of this interpreter and
 reports the size of everything installed (site-packages and the venv's scripts, pip and its
 setuptools left out) and, in a new process each time, the median wall time of ``import
 discovery_sync`` and of each backend the extra makes importable (the core already imported, so
@@ -23,6 +23,8 @@ import venv
 from pathlib import Path
 from typing import Any
 
+from tests.source_tree import checkout_copy
+
 BACKENDS = {"none": ["file"], "etcd": ["file", "etcd"], "kube": ["file", "kube"], "all": ["file", "etcd", "kube"]}
 NOT_COUNTED = ("pip", "setuptools", "_distutils_hack", "distutils-precedence.pth", "pkg_resources")
 
@@ -39,8 +41,9 @@ print((core - start) * 1000, (end - core) * 1000)
 
 
 def build_wheel(into: Path) -> Path:
+    source = checkout_copy(into / "source")  # setuptools' build/ would keep modules removed since
     subprocess.run(
-        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(into), "."],
+        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(into), str(source)],
         check=True,
         capture_output=True,
     )

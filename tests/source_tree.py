@@ -77,3 +77,12 @@ def source_files() -> tuple[str, ...]:
     else:
         names = set(walk_unignored())
     return tuple(sorted(name for name in names if (REPO / name).is_file()))
+
+
+def checkout_copy(destination: Path) -> Path:
+    """The repository's files (tracked, or new and not ignored: tests/source_tree.py) copied to
+    ``destination``: what a clean clone builds, without leaving a build directory in the working tree."""
+    for name in source_files():
+        (destination / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / name, destination / name)
+    return destination

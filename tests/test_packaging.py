@@ -7,7 +7,6 @@ from __future__ import annotations
 import ast
 import hashlib
 import re
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -18,18 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.source_tree import is_git_checkout, source_files, walk_unignored
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def checkout_copy(destination: Path) -> Path:
-    """The repository's files (tracked, or new and not ignored: tests/source_tree.py) copied to
-    ``destination``: what a clean clone builds, without leaving a build directory in the working tree."""
-    for name in source_files():
-        (destination / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(REPO / name, destination / name)
-    return destination
+from tests.source_tree import REPO, checkout_copy, is_git_checkout, source_files, walk_unignored
 
 
 @pytest.fixture(scope="module")
