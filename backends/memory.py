@@ -16,7 +16,7 @@ from discovery_sync.discovery import Discovery
 from discovery_sync.events import Removed
 from discovery_sync.identity import DiscoveryInstanceId, RecordKind
 from discovery_sync.model import DiscoveryInstance
-from discovery_sync.options import OptionSet, optional, uint64
+from discovery_sync.options import OptionSet, boolean, optional, uint64
 from discovery_sync.queries import Query
 from discovery_sync.reconcile import apply
 from discovery_sync.watch import WatchFeed
@@ -84,8 +84,10 @@ class MemoryDiscovery(Discovery):
 
     backend_name = "memory"
 
-    def __init__(self, registry: MemoryRegistry | None = None, *, instance_id: int | None = None) -> None:
-        super().__init__()
+    def __init__(
+        self, registry: MemoryRegistry | None = None, *, instance_id: int | None = None, read_only: bool = False
+    ) -> None:
+        super().__init__(read_only=OPTIONS.check("read_only", read_only))
         self.registry = registry if registry is not None else named_registry()
         instance_id = OPTIONS.check("instance_id", instance_id)
         self._instance_id = instance_id if instance_id is not None else secrets.randbits(64)
@@ -126,7 +128,7 @@ class MemoryDiscovery(Discovery):
         self._watches.clear()
 
 
-OPTIONS = OptionSet("memory", {"instance_id": optional(uint64)})
+OPTIONS = OptionSet("memory", {"instance_id": optional(uint64), "read_only": boolean})
 
 
 def from_url(netloc: str, path: str, options: dict[str, Any]) -> MemoryDiscovery:

@@ -31,6 +31,7 @@ from .identity import (
     EventSourceInstanceId,
     ModelCardInstanceId,
     RecordKind,
+    id_from_key,
     id_from_path,
 )
 from .live_view import LiveView
@@ -113,6 +114,7 @@ __all__ = [
     "card_json_of",
     "connect",
     "default_url",
+    "id_from_key",
     "id_from_path",
     "instance_from_dict",
     "instance_from_json",

@@ -20,7 +20,14 @@ from typing import TYPE_CHECKING, Any, overload
 from .endpoint_leases import EndpointLease, EndpointLeases
 from .errors import ClientClosed, ConflictError, DiscoveryError, NotFoundError, ValidationError
 from .events import DiscoveryEvent
-from .identity import DiscoveryInstanceId, ModelCardInstanceId, RecordKind
+from .identity import (
+    DiscoveryInstanceId,
+    EndpointInstanceId,
+    EventChannelInstanceId,
+    EventSourceInstanceId,
+    ModelCardInstanceId,
+    RecordKind,
+)
 from .model import DiscoveryInstance, Endpoint, EventChannel, EventSource, Model, stored_form
 from .model_cards import check_replay, conflict_error, find_conflict, find_conflicts
 from .queries import Query
@@ -36,6 +43,7 @@ log = logging.getLogger(__name__)
 
 _SPEC_TYPES = (EndpointSpec, ModelSpec, EventChannelSpec, EventSourceSpec)
 _INSTANCE_TYPES = (Endpoint, Model, EventChannel, EventSource)
+_ID_TYPES = (EndpointInstanceId, ModelCardInstanceId, EventChannelInstanceId, EventSourceInstanceId)
 
 
 class CollectedGarbage(list[str]):
@@ -57,11 +65,15 @@ class Discovery(abc.ABC):
 
     #: the URL scheme of the backend, e.g. ``"file"``
     backend_name: str = ""
+    #: connected with ``read_only=true``: it never writes to the store (no lease, no Kubernetes
+    #: CR, no store directory, no removal of dead records); every write raises ValidationError
+    read_only: bool = False
 
-    def __init__(self) -> None:
+    def __init__(self, *, read_only: bool = False) -> None:
         self._api_lock = threading.RLock()
         self._owned: dict[DiscoveryInstanceId, DiscoveryInstance] = {}
         self._closed = False
+        self.read_only = read_only
 
     # -- identity ---------------------------------------------------------------------------------
     @property
@@ -99,6 +111,7 @@ class Discovery(abc.ABC):
                 f"register() takes an EndpointSpec, ModelSpec, EventChannelSpec or EventSourceSpec, "
                 f"got {type(spec).__name__}"
             )
+        self._check_writable("register records")
         self._check_spec(spec)
         instance = stored_form(spec.to_instance(self.instance_id))
         with self._api_lock:
@@ -180,6 +193,7 @@ class Discovery(abc.ABC):
     def unregister(self, instance: DiscoveryInstance | DiscoveryInstanceId) -> None:
         """Remove a record this client registered. NotFoundError when it owns no such record."""
         instance_id = instance.id() if isinstance(instance, _INSTANCE_TYPES) else instance
+        self._check_writable("unregister records")
         with self._api_lock:
             self._check_open()
             if instance_id not in self._owned:
@@ -196,6 +210,7 @@ class Discovery(abc.ABC):
         """
         if not isinstance(model_id, ModelCardInstanceId):
             raise ValidationError(f"update_model_taints() takes a ModelCardInstanceId, got {type(model_id).__name__}")
+        self._check_writable("update model taints")
         if model_id.instance_id != self.instance_id:
             raise ValidationError(
                 f"cannot update the taints of {model_id.to_path()}: this client owns instance {self.instance_id:x}"
@@ -243,6 +258,7 @@ class Discovery(abc.ABC):
 
         Only an EndpointSpec can be leased (ValidationError otherwise); ClientClosed after shutdown().
         """
+        self._check_writable("lease endpoints")
         with self._api_lock:
             self._check_open()
             if self._endpoint_leases is None:
@@ -251,6 +267,16 @@ class Discovery(abc.ABC):
         return leases.acquire(spec)
 
     # -- reading ----------------------------------------------------------------------------------
+    def get(self, instance_id: DiscoveryInstanceId) -> DiscoveryInstance | None:
+        """The record stored under ``instance_id`` now (see :func:`~discovery_sync.id_from_key`
+        for store keys), or None when there is none."""
+        if not isinstance(instance_id, _ID_TYPES):
+            raise ValidationError(
+                f"get() takes an instance id (e.g. EndpointInstanceId), got {type(instance_id).__name__}"
+            )
+        self._check_open()
+        return self._get(instance_id)
+
     def list(self, query: Query) -> builtins.list[DiscoveryInstance]:
         """The records matching ``query`` now, in a stable order."""
         _check_query(query)
@@ -303,7 +329,9 @@ class Discovery(abc.ABC):
     def diagnose(self) -> dict[str, Any]:
         """A JSON-ready health report of the store; ``problems`` lists what is wrong (empty: healthy)."""
         self._check_open()
-        report: dict[str, Any] = {"backend": self.backend_name, "instance_id": f"{self.instance_id:x}", "problems": []}
+        report: dict[str, Any] = {"backend": self.backend_name, "read_only": self.read_only, "problems": []}
+        if not self.read_only:  # a read-only client's id names nothing in the store
+            report["instance_id"] = f"{self.instance_id:x}"
         try:
             self._probe()
         except DiscoveryError as exc:
@@ -312,13 +340,28 @@ class Discovery(abc.ABC):
         self._diagnose(report)
         return report
 
-    def collect_garbage(self) -> CollectedGarbage:
+    def collect_garbage(
+        self, *, dry_run: bool = False, progress: Callable[[float, float], None] | None = None
+    ) -> CollectedGarbage:
         """Remove records whose owners died and return their store keys (a list; its
         ``not_removed`` maps the keys of dead records that could not be removed to the reason).
 
-        Backends whose store expires records by itself (leases) return an empty list.
+        ``dry_run``: remove nothing and return the keys that would be removed (a read-only
+        client may only dry-run). ``progress(elapsed, total)``, in seconds, is called a few
+        times a second while the backend waits to judge liveness (the file store watches for a
+        TTL). Backends whose store expires records by itself (leases) return an empty list.
         """
+        if not isinstance(dry_run, bool):
+            raise ValidationError(f"dry_run must be True or False, got {type(dry_run).__name__}")
+        if progress is not None and not callable(progress):
+            raise ValidationError(f"progress must be a callable (elapsed, total), got {type(progress).__name__}")
+        if not dry_run:
+            self._check_writable("remove dead records (use dry_run=True)")
         self._check_open()
+        return self._collect_garbage(dry_run, progress)
+
+    def _collect_garbage(self, dry_run: bool, progress: Callable[[float, float], None] | None) -> CollectedGarbage:
+        """Find (and unless ``dry_run`` remove) dead records; nothing to do by default."""
         return CollectedGarbage()
 
     def _diagnose(self, report: dict[str, Any]) -> None:
@@ -357,6 +400,13 @@ class Discovery(abc.ABC):
     def _check_open(self) -> None:
         if self._closed:
             raise ClientClosed(f"this {self.backend_name} discovery client was shut down; connect() again")
+
+    def _check_writable(self, action: str) -> None:
+        if self.read_only:
+            raise ValidationError(
+                f"this {self.backend_name} discovery client is read-only (read_only=true): it cannot {action}; "
+                "connect without read_only to write"
+            )
 
     # -- backend primitives -------------------------------------------------------------------------
     @abc.abstractmethod

@@ -175,5 +175,17 @@ def id_from_path(kind: RecordKind, path: str) -> DiscoveryInstanceId:
     return EventSourceInstanceId(scope, topic, number)
 
 
+def id_from_key(key: str) -> DiscoveryInstanceId:
+    """Parse a store key, ``{bucket}/{identity path}`` (``v1/instances/ns/backend/generate/2a``;
+    the buckets are the :class:`RecordKind` ``bucket`` values). ValidationError for anything else."""
+    if not isinstance(key, str) or not key:
+        raise ValidationError(f"a store key must be a non-empty string, got {_describe_path(key)}")
+    for kind in RecordKind:
+        if key.startswith(kind.bucket + "/"):
+            return id_from_path(kind, key[len(kind.bucket) + 1 :])
+    buckets = ", ".join(f"{kind.bucket}/" for kind in RecordKind)
+    raise ValidationError(f"store key {key!r} must start with one of {buckets}")
+
+
 def _describe_path(path: object) -> str:
     return "an empty string" if path == "" else type(path).__name__

@@ -23,7 +23,7 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,8 @@ from .wire import (
     unread_reason,
     write_record,
 )
+
+PROGRESS_INTERVAL = 0.25  # seconds between two progress reports of collect_garbage()
 
 log = logging.getLogger("discovery_sync.backends.file")
 
@@ -379,28 +381,39 @@ class FileDiscovery(Discovery):
         report["problems"].extend(details.pop("problems"))
         report.update(details)
 
-    def collect_garbage(self) -> CollectedGarbage:
+    def _collect_garbage(self, dry_run: bool, progress: Callable[[float, float], None] | None) -> CollectedGarbage:
         """Watch the store for one TTL plus the cache window (liveness is judged on this reader's
         clock), then remove the records nobody touched meanwhile; return their store keys.
         Leftover temp and hidden files as still as that are removed too (and logged). Dead records
         the store does not let this user delete (a read-only mount, another user's file in a
         sticky directory) stay, listed in the result's ``not_removed`` with the reason."""
-        self._check_open()
         with self._removed_lock:
             self._removed_by_rescan.clear()
         for view in self._views.values():
             self._refresh_quietly(view)
-        self._stopping.wait(self.dead_after + self.rescan_interval)
+        self._wait_reporting(self.dead_after + self.rescan_interval, progress)
         result = CollectedGarbage()
         for view in self._views.values():
             self._refresh_quietly(view)
-            swept = self._sweeper.sweep(view, self._owned_names(view.kind), retry=True)
+            swept = self._sweeper.sweep(view, self._owned_names(view.kind), retry=True, dry_run=dry_run)
             result += swept
             result.not_removed.update(swept.not_removed)
-        with self._removed_lock:
-            result += self._removed_by_rescan
-            self._removed_by_rescan.clear()
+        if not dry_run:
+            with self._removed_lock:
+                result += self._removed_by_rescan
+                self._removed_by_rescan.clear()
         return CollectedGarbage(sorted(set(result)), result.not_removed)
+
+    def _wait_reporting(self, seconds: float, progress: Callable[[float, float], None] | None) -> None:
+        """Wait ``seconds`` (less if the client shuts down), telling ``progress`` every quarter second."""
+        start = time.monotonic()
+        while not self._stopping.is_set():
+            elapsed = time.monotonic() - start
+            if progress is not None:
+                progress(min(elapsed, seconds), seconds)
+            if elapsed >= seconds:
+                return
+            self._stopping.wait(min(PROGRESS_INTERVAL, seconds - elapsed))
 
     def _refresh_quietly(self, view: BucketView) -> None:
         try:

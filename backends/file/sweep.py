@@ -37,19 +37,29 @@ class Sweeper:
     def __init__(self) -> None:
         self._refused: dict[tuple[str, str], tuple[int, int]] = {}  # (bucket, name) -> (ino, mtime_ns)
 
-    def sweep(self, view: BucketView, owned: frozenset[str], *, retry: bool = False) -> CollectedGarbage:
-        """Remove the dead records and leftovers of ``view``; ``retry`` tries refused ones again."""
+    def sweep(
+        self, view: BucketView, owned: frozenset[str], *, retry: bool = False, dry_run: bool = False
+    ) -> CollectedGarbage:
+        """Remove the dead records and leftovers of ``view``; ``retry`` tries refused ones again;
+        ``dry_run`` removes nothing and returns the keys of the dead records it would remove."""
         result = CollectedGarbage()
         dead = view.dead(owned)
         if not dead:
             return result
         with view.directory.use() as dir_fd:
             for name, entry in dead:
-                self._sweep_one(view, dir_fd, name, entry, result, retry)
+                self._sweep_one(view, dir_fd, name, entry, result, retry, dry_run)
         return result
 
     def _sweep_one(
-        self, view: BucketView, dir_fd: int, name: str, entry: Entry, result: CollectedGarbage, retry: bool
+        self,
+        view: BucketView,
+        dir_fd: int,
+        name: str,
+        entry: Entry,
+        result: CollectedGarbage,
+        retry: bool,
+        dry_run: bool,
     ) -> None:
         leftover = name.startswith(".")
         instance_id = None if leftover else id_of_name(view.kind, name)
@@ -62,6 +72,10 @@ class Sweeper:
         if not _still_unchanged(dir_fd, name, entry):
             if not leftover:
                 view.refresh_name(name)
+            return
+        if dry_run:
+            if not leftover:
+                result.append(key)
             return
         try:
             removed = remove_record(dir_fd, name)

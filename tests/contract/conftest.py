@@ -25,10 +25,18 @@ class StoreRig:
     connect: Callable[[], ds.Discovery]
     quiet_period: float  # long enough for a stray rescan/poll event to show up
     event_timeout: float = EVENT_TIMEOUT  # how long a test waits for an event that must come
+    #: connects a read-only client (``read_only=True``; on Kubernetes, one without a pod identity)
+    connect_reader: Callable[[], ds.Discovery] | None = None
     clients: list[ds.Discovery] = field(default_factory=list)
 
     def client(self) -> ds.Discovery:
         client = self.connect()
+        self.clients.append(client)
+        return client
+
+    def reader(self) -> ds.Discovery:
+        assert self.connect_reader is not None, f"the {self.name} rig has no read-only client"
+        client = self.connect_reader()
         self.clients.append(client)
         return client
 
@@ -39,18 +47,21 @@ class StoreRig:
 
 def _memory_rig(request: pytest.FixtureRequest, tmp_path: Path) -> StoreRig:
     registry = f"contract-{uuid.uuid4().hex}"
-    return StoreRig("memory", lambda: ds.connect(f"memory://{registry}"), quiet_period=0.2)
+    url = f"memory://{registry}"
+    return StoreRig("memory", lambda: ds.connect(url), 0.2, connect_reader=lambda: ds.connect(url, read_only=True))
 
 
 def _file_rig(request: pytest.FixtureRequest, tmp_path: Path, observer: str) -> StoreRig:
     url = f"file://{tmp_path / 'store'}?observer={observer}&ttl=5&rescan_interval=0.2&poll_interval=0.1"
-    return StoreRig(f"file-{observer}", lambda: ds.connect(url), quiet_period=0.6)
+    return StoreRig(
+        f"file-{observer}", lambda: ds.connect(url), 0.6, connect_reader=lambda: ds.connect(url, read_only=True)
+    )
 
 
 def _etcd_rig(request: pytest.FixtureRequest, tmp_path: Path) -> StoreRig:
     server = request.getfixturevalue("etcd_server")
     url = f"etcd://127.0.0.1:{server.client_port}/contract-{uuid.uuid4().hex}?ttl=5"
-    return StoreRig("etcd", lambda: ds.connect(url), quiet_period=0.3)
+    return StoreRig("etcd", lambda: ds.connect(url), 0.3, connect_reader=lambda: ds.connect(url, read_only=True))
 
 
 def _sshfs_rig(request: pytest.FixtureRequest, tmp_path: Path) -> StoreRig:

@@ -60,4 +60,5 @@ def sshfs_rig(request: pytest.FixtureRequest, tmp_path: Path) -> StoreRig:
         lambda: ds.connect(f"file://{next(hosts) / name}?{options}"),
         quiet_period=0.6,
         event_timeout=EVENT_TIMEOUT + CACHE_WINDOW,
+        connect_reader=lambda: ds.connect(f"file://{next(hosts) / name}?{options}&read_only=true"),
     )

@@ -182,3 +182,31 @@ def test_id_kinds_name_their_buckets():
         RecordKind.EVENT_SOURCE: "v1/event_sources",
     }
     assert ds.EndpointInstanceId.kind is RecordKind.ENDPOINT
+
+
+@pytest.mark.parametrize(
+    "instance_id",
+    [
+        ds.EndpointInstanceId("ns", "backend", "generate", 0x2A),
+        ds.ModelCardInstanceId("ns", "backend", "generate", 0x2A, "lora-1"),
+        ds.EventChannelInstanceId(ds.EventScope.for_component("ns", "backend"), "kv-events", 7),
+        ds.EventSourceInstanceId(ds.EventScope.for_namespace("ns"), "kv events/x", 2**64 - 1),
+    ],
+)
+def test_a_store_key_names_its_instance_id(instance_id):
+    assert ds.id_from_key(f"{instance_id.kind.bucket}/{instance_id.to_path()}") == instance_id
+
+
+@pytest.mark.parametrize(
+    ("key", "message"),
+    [
+        ("", "non-empty string"),
+        (None, "non-empty string"),
+        ("ns/backend/generate/2a", "must start with one of v1/instances/"),
+        ("v1/instances/ns/backend/2a", "namespace/component/endpoint/id"),
+        ("v1/instances/ns/backend/generate/XYZ", "hex"),
+    ],
+)
+def test_a_malformed_store_key_is_a_validation_error(key, message):
+    with pytest.raises(ds.ValidationError, match=message):
+        ds.id_from_key(key)
