@@ -384,8 +384,11 @@ def failure_cause(exc: BaseException) -> str:
 
     tls = first(ssl.SSLError)
     if tls is not None or first(requests.exceptions.SSLError, urllib3.exceptions.SSLError) is not None:
-        reason = getattr(tls, "verify_message", None) or getattr(tls, "reason", None) or "handshake failed"
-        return f"TLS error: {_first_line(str(reason).lower().replace('_', ' '))}"
+        verify_message = getattr(tls, "verify_message", None)
+        reason = f"certificate verify failed: {verify_message}" if verify_message else getattr(tls, "reason", None)
+        if not reason and tls is not None:  # made by hand, not by the ssl module: its text
+            reason = re.sub(r"^\[SSL: [A-Z_]+\]\s*|\s*\(_ssl\.c:\d+\)$", "", str(tls.args[-1] if tls.args else tls))
+        return f"TLS error: {_first_line(str(reason).lower().replace('_', ' ')) or 'the handshake failed'}"
     if first(socket.gaierror, urllib3.exceptions.NameResolutionError) is not None:
         return "name not resolved"
     if first(ConnectionRefusedError) is not None:
@@ -396,13 +399,15 @@ def failure_cause(exc: BaseException) -> str:
     if read_timeout is not None:
         seconds = re.search(r"read timeout=([0-9.]+)", str(read_timeout))
         return f"no reply within {float(seconds.group(1)):.3g} s" if seconds else "no reply in time"
+    if first(http.client.RemoteDisconnected) is not None:  # a ConnectionResetError without an errno
+        return "connection closed by the server without a reply"
     if first(ConnectionResetError) is not None:
         return "connection reset by the server"
-    if first(http.client.RemoteDisconnected, urllib3.exceptions.ProtocolError) is not None:
-        return "connection closed by the server without a reply"
     failed = next((e for e in chain if isinstance(e, OSError) and e.errno), None)
     if failed is not None and failed.errno is not None:
         return _ERRNO_CAUSES.get(failed.errno) or os.strerror(failed.errno).lower()
+    if first(urllib3.exceptions.ProtocolError) is not None:
+        return "connection closed by the server without a reply"
     if first(requests.exceptions.InvalidURL, requests.exceptions.InvalidSchema) is not None:
         return "the endpoint is not a valid URL"
     innermost = chain[-1]
