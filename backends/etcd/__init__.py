@@ -1,4 +1,15 @@
-"""etcd backend: ``etcd://host:port[,host:port][/prefix]`` (see :class:`EtcdDiscovery`).
+"""etcd backend: ``etcd://host:port[,host:port][/prefix][?options]`` (see :class:`EtcdDiscovery`).
+
+Options (URL query parameters or keyword arguments of ``connect``; bad values are a
+ValidationError naming the option): ``ttl`` (lease seconds, default 10), ``startup_timeout``
+(seconds connecting keeps trying to reach etcd, default 120; 0: once), ``request_timeout``
+(seconds each request may take in all, at least 0.1, default 10), ``watch_read_timeout``
+(seconds a watch stream may stay quiet, at least 1, default 60), ``read_only`` (true: never
+write and never grant a lease; the instance id is then a random 63-bit number naming no
+lease), ``prefix``, ``username``, ``password``.
+
+Connecting checks that etcd answers and grants no lease: the lease is granted on first need
+(the first ``register`` or read of ``instance_id``).
 
 Without hosts in the URL the reference's variables apply: ``ETCD_ENDPOINTS`` (default
 ``http://localhost:2379``), ``ETCD_LEASE_TTL`` (default 10; 0 → 10; not a number: ValidationError),

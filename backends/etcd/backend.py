@@ -1,8 +1,9 @@
-"""The etcd backend: records under one key prefix, each attached to the client's lease."""
+"""The etcd backend: records under one key prefix, each attached to the client's lease (granted on first need)."""
 
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 import time
 from functools import partial
@@ -19,7 +20,7 @@ from .layout import KeyLayout
 from .liveness import LeaseKeeper
 from .options import OPTIONS
 from .watcher import FeedWatcher
-from .wire import EtcdGateway, parse_value
+from .wire import REQUEST_TIMEOUT, EtcdGateway, parse_value
 
 log = logging.getLogger("discovery_sync.backends.etcd")
 
@@ -27,10 +28,34 @@ log = logging.getLogger("discovery_sync.backends.etcd")
 class EtcdDiscovery(Discovery):
     """Discovery on etcd v3 (JSON gateway). The instance id is the client's lease id.
 
+    Connecting checks only that etcd can be reached: it asks ``/v3/maintenance/status`` (which
+    needs no permission; with a user and password it logs in first, so wrong credentials fail
+    here), retrying with backoff (1 s doubling to 30 s, the last try at the deadline) until
+    ``startup_timeout``, then raises BackendUnavailable ("cannot reach etcd at URL: connection
+    refused (tried for 1 s)"). It grants no lease.
+
+    The lease (and the thread keeping it alive) is granted on first need: the first write that
+    needs it (``register``, ``lease_endpoint``, ``update_model_taints``) or the first read of
+    ``instance_id``; once, however many threads ask at the same time. A failed grant raises
+    BackendUnavailable and the next need tries again. Reading (``list``, ``get``,
+    ``list_and_watch``, ``live_view``), ``status()``, ``diagnose()`` and ``check_connection()``
+    grant none (before the grant they say "no lease yet"), and ``shutdown()`` of a client that
+    never had a lease revokes nothing. After ``shutdown()`` no lease is granted (ClientClosed).
+
+    A read-only client (``read_only=True``) never grants a lease: its ``instance_id`` is a random
+    63-bit number that names no lease (no record carries it), and every write raises
+    ValidationError.
+
     :param endpoints: ``http(s)://host:port`` URLs, tried in order with fail-over.
     :param prefix: a root key prefix (default none: the reference's keys exactly).
     :param ttl: the lease TTL in seconds.
-    :param startup_timeout: how long to keep trying to reach etcd at start (backoff 1 s to 30 s).
+    :param startup_timeout: how long connecting keeps trying to reach etcd (backoff 1 s to 30 s);
+        0: once.
+    :param watch_read_timeout: seconds a watch stream may stay quiet before it is re-opened.
+    :param request_timeout: seconds each request to etcd may take in all (at least 0.1, default
+        10), connecting included, which may take 3.05 s of it at most; it also bounds connecting
+        a watch stream (whose reads wait up to ``watch_read_timeout``).
+    :param read_only: never write (see above).
     """
 
     backend_name = "etcd"
@@ -47,45 +72,104 @@ class EtcdDiscovery(Discovery):
         cert: tuple[str, str] | None = None,
         startup_timeout: float = 120.0,
         watch_read_timeout: float = 60.0,
+        request_timeout: float = REQUEST_TIMEOUT,
+        read_only: bool = False,
     ) -> None:
-        super().__init__()
+        super().__init__(read_only=OPTIONS.check("read_only", read_only))
         ttl, startup_timeout = OPTIONS.check("ttl", ttl), OPTIONS.check("startup_timeout", startup_timeout)
         watch_read_timeout, prefix = (
             OPTIONS.check("watch_read_timeout", watch_read_timeout),
             OPTIONS.check("prefix", prefix),
         )
-        self.gateway = EtcdGateway(endpoints, username=username, password=password, verify=verify, cert=cert)
+        request_timeout = OPTIONS.check("request_timeout", request_timeout)
+        self.gateway = EtcdGateway(
+            endpoints, username=username, password=password, verify=verify, cert=cert, request_timeout=request_timeout
+        )
         self.keys = KeyLayout(prefix)
+        self.ttl = ttl
         self.watch_read_timeout = watch_read_timeout
         self._create_revisions: dict[DiscoveryInstanceId, int] = {}
         self._watchers: set[FeedWatcher] = set()  # the open watches: a closed one is removed at once
         self._watchers_lock = threading.Lock()
+        self._lease: LeaseKeeper | None = None  # granted on first need (never for a read-only client)
+        self._lease_lock = threading.Lock()  # held while granting: racing threads get one lease
+        self._unleased_id = (secrets.randbits(63) or 1) if self.read_only else 0
         try:
-            self._lease = self._grant_with_retries(ttl, startup_timeout)
+            self._wait_until_reachable(startup_timeout)
         except BaseException:
             self.gateway.session.close()
             raise
-        self._lease.start()
 
-    def _grant_with_retries(self, ttl: int, timeout: float) -> LeaseKeeper:
-        deadline, delay = time.monotonic() + timeout, 1.0
+    def _wait_until_reachable(self, timeout: float) -> None:
+        started = time.monotonic()
+        deadline, delay = started + timeout, 1.0
         while True:
             try:
-                return LeaseKeeper(self.gateway, ttl, self._rewrite_owned)
+                self.gateway.server_status()
+                return
             except BackendUnavailable as exc:
-                if time.monotonic() + delay > deadline:
-                    raise BackendUnavailable(f"{exc} (gave up after {timeout:g} s)") from exc
-                log.warning("etcd is not reachable yet (%s); retrying in %.0f s", exc, delay)
-                time.sleep(delay)  # start-up backoff: nothing to wait on but time
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    tried = f"tried for {round(time.monotonic() - started, 1):g} s" if timeout else "tried once"
+                    raise BackendUnavailable(f"{exc} ({tried})") from exc
+                wait = min(delay, remaining)
+                log.warning("etcd is not reachable yet (%s); retrying in %.1f s", exc, wait)
+                time.sleep(wait)  # start-up backoff: nothing to wait on but time
                 delay = min(delay * 2, 30.0)
 
     @property
     def instance_id(self) -> int:
-        return self._lease.lease_id
+        """The lease id, granting the lease if this client has none yet (BackendUnavailable when that
+        fails, ClientClosed after shutdown); a read-only client's random id, which names no lease."""
+        if self.read_only:
+            return self._unleased_id
+        return self._leased().lease_id
+
+    def _leased(self) -> LeaseKeeper:
+        """The client's lease, granted (and its keep-alive thread started) on the first call."""
+        lease = self._lease
+        if lease is not None:
+            return lease
+        with self._lease_lock:
+            if self._lease is None:
+                self._check_writable("hold a lease")
+                self._check_open()  # _close() takes the lease under this lock once _closed is set
+                lease = LeaseKeeper(self.gateway, self.ttl, self._rewrite_owned)
+                lease.start()
+                self._lease = lease
+            return self._lease
 
     def status(self) -> dict[str, Any]:
-        """The lease: id, TTL, how often it was lost and re-granted, connectivity."""
-        return self._lease.status()
+        """The lease: id, TTL, how often it was lost and re-granted, connectivity; before the first
+        need of a lease ``{"lease": "no lease yet", "lease_id": None, "ttl": ...}`` (asking grants none)."""
+        lease = self._lease
+        if lease is None:
+            state = "none (read-only client)" if self.read_only else "no lease yet"
+            return {"lease": state, "lease_id": None, "ttl": self.ttl}
+        return {"lease": "granted", **lease.status()}
+
+    def diagnose(self) -> dict[str, Any]:
+        """The base report plus ``lease`` (see :meth:`status`); before the lease is granted its
+        ``instance_id`` is "no lease yet" (diagnosing grants none)."""
+        if self.read_only or self._lease is not None:
+            return super().diagnose()
+        self._check_open()
+        report: dict[str, Any] = {
+            "backend": self.backend_name,
+            "read_only": False,
+            "instance_id": "no lease yet",
+            "problems": [],
+        }
+        try:
+            self._probe()
+        except DiscoveryError as exc:
+            report["problems"].append(str(exc))
+            return report
+        self._diagnose(report)
+        return report
+
+    def _diagnose(self, report: dict[str, Any]) -> None:
+        report["lease"] = self.status()
 
     # -- storage primitives -------------------------------------------------------------------------
     def _get(self, instance_id: DiscoveryInstanceId) -> DiscoveryInstance | None:
@@ -94,14 +178,14 @@ class EtcdDiscovery(Discovery):
 
     def _create(self, instance: DiscoveryInstance) -> DiscoveryInstance | None:
         created, existing = self.gateway.create(
-            self.keys.key(instance.id()), instance_to_json(instance), self._lease.lease_id
+            self.keys.key(instance.id()), instance_to_json(instance), self._leased().lease_id
         )
         if created:
             return None
         return parse_value(existing) if existing is not None else None
 
     def _replace(self, instance: DiscoveryInstance) -> None:
-        self.gateway.put(self.keys.key(instance.id()), instance_to_json(instance), self._lease.lease_id)
+        self.gateway.put(self.keys.key(instance.id()), instance_to_json(instance), self._leased().lease_id)
 
     def _delete(self, instance_id: DiscoveryInstanceId) -> None:
         self.gateway.delete(self.keys.key(instance_id))
@@ -144,18 +228,24 @@ class EtcdDiscovery(Discovery):
         self.gateway.range(*self.keys.everything(), limit=1)
 
     def _rewrite_owned(self) -> None:
+        """Write the owned records again (the keep-alive thread, after re-granting the lost lease)."""
+        lease_id = self._leased().lease_id
         with self._api_lock:
             for instance in self._owned.values():
-                self.gateway.put(self.keys.key(instance.id()), instance_to_json(instance), self._lease.lease_id)
+                self.gateway.put(self.keys.key(instance.id()), instance_to_json(instance), lease_id)
 
     def _close(self) -> None:
-        self._lease.stop()
+        with self._lease_lock:  # _closed is set: no lease is granted after this
+            lease = self._lease
+        if lease is not None:
+            lease.stop()
         with self._watchers_lock:
             watchers, self._watchers = self._watchers, set()
         for watcher in watchers:
             watcher.feed._close()
-        try:
-            self.gateway.lease_revoke(self._lease.lease_id)
-        except DiscoveryError as exc:
-            log.warning("could not revoke lease %x (its records expire with it): %s", self._lease.lease_id, exc)
+        if lease is not None:
+            try:
+                self.gateway.lease_revoke(lease.lease_id)
+            except DiscoveryError as exc:
+                log.warning("could not revoke lease %x (its records expire with it): %s", lease.lease_id, exc)
         self.gateway.session.close()

@@ -1,5 +1,8 @@
 """Liveness of the etcd backend: the client's lease, kept alive by a named thread and re-granted when lost.
 
+A :class:`LeaseKeeper` grants the lease when it is made; the client makes one on the first need
+of a lease (never at connect, never for a read-only client).
+
 The lease id is the client's instance id, so a lost lease (expired during an outage, or while
 the server answered nonsense) is granted again with the SAME id and the client's records are
 written again; the instance id never changes. The keep-alive thread retries every interval

@@ -10,7 +10,7 @@ from __future__ import annotations
 import urllib.parse
 
 from discovery_sync.errors import ValidationError
-from discovery_sync.options import MAX_SECONDS, OptionSet, duration, from_environment, integer, text
+from discovery_sync.options import MAX_SECONDS, OptionSet, boolean, duration, from_environment, integer, text
 
 DEFAULT_ENDPOINTS = "http://localhost:2379"
 DEFAULT_TTL = 10
@@ -28,6 +28,9 @@ OPTIONS = OptionSet(
         "startup_timeout": startup_timeout,
         # below a second, a quiet stream would be re-opened in a tight loop
         "watch_read_timeout": duration(1.0),
+        # below 0.1 s even a loopback etcd could not answer
+        "request_timeout": duration(0.1),
+        "read_only": boolean,
     },
 )
 

@@ -23,7 +23,15 @@ from discovery_sync.threads import Backoff, log_retry, start_thread
 from discovery_sync.watch import WatchFeed
 
 from .layout import KeyLayout
-from .wire import EtcdGateway, WatchEvent, WatchResult, abort_stream, parse_value, parse_watch_result
+from .wire import (
+    EtcdGateway,
+    WatchEvent,
+    WatchResult,
+    abort_stream,
+    failure_cause,
+    parse_value,
+    parse_watch_result,
+)
 
 log = logging.getLogger("discovery_sync.backends.etcd")
 
@@ -108,6 +116,8 @@ class FeedWatcher:
         if isinstance(exc, NeedsResync):
             log.info("watch on %s must resynchronise (%s); in %.2f s", self.feed.query, exc, delay)
         else:
+            if isinstance(exc, requests.RequestException):  # logged in words, not as urllib3's reprs
+                exc = BackendUnavailable(f"cannot reach etcd: {failure_cause(exc)}")
             log_retry(f"watch on {self.feed.query}", exc, delay)
         self._stop.wait(delay)
 

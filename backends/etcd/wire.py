@@ -9,6 +9,10 @@ Every reply is read only through the accessors below (``_object``, ``_int_field`
 which raise ``_Malformed``; :func:`_parsed` turns that into a :class:`BackendUnavailable` naming
 the call and quoting the reply. A server answering HTTP 200 with JSON of the wrong shape thus
 makes every public call raise BackendUnavailable, never KeyError, TypeError or binascii.Error.
+
+A server that cannot be reached is a BackendUnavailable too, whose message is one line naming the
+endpoint(s) and the cause in words (:func:`failure_cause`: connection refused, timed out, name not
+resolved, TLS error, reset...), never the reprs of requests' and urllib3's exceptions.
 """
 
 from __future__ import annotations
@@ -16,10 +20,14 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import errno
+import http.client
 import json
 import logging
+import os
 import re
 import socket
+import ssl
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -34,7 +42,8 @@ from discovery_sync.model import DiscoveryInstance, instance_from_json
 
 log = logging.getLogger("discovery_sync.backends.etcd")
 
-REQUEST_TIMEOUT = (3.05, 10.0)  # connect, read
+REQUEST_TIMEOUT = 10.0  # seconds a unary request may take in all (the request_timeout option's default)
+CONNECT_TIMEOUT = 3.05  # seconds connecting may take of it (and of opening a watch stream), at most
 QUOTE_LIMIT = 200  # characters of a malformed reply quoted in an error message
 MAX_WATCH_MESSAGE = 64 * 2**20  # a watch "line" longer than this is junk, not a message in transit
 WATCH = "/v3/watch"
@@ -330,6 +339,84 @@ def parse_value(kv: KeyValue) -> DiscoveryInstance | None:
         return None
 
 
+# -- why a request failed, in words ----------------------------------------------------------------
+_ERRNO_CAUSES = {
+    errno.ECONNREFUSED: "connection refused",
+    errno.ECONNRESET: "connection reset by the server",
+    errno.ECONNABORTED: "connection aborted",
+    errno.EPIPE: "connection closed by the server",
+    errno.ETIMEDOUT: "connection timed out",
+    errno.EHOSTUNREACH: "host unreachable",
+    errno.ENETUNREACH: "network unreachable",
+    errno.EADDRNOTAVAIL: "address not available",
+}
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    """``exc`` and every exception it wraps (arguments, urllib3's ``reason``, causes and contexts), outermost first."""
+    found: list[BaseException] = []
+    pending: list[Any] = [exc]
+    while pending:
+        current = pending.pop(0)
+        if not isinstance(current, BaseException) or any(current is seen for seen in found):
+            continue
+        found.append(current)
+        pending.extend(current.args)
+        pending.extend((getattr(current, "reason", None), current.__cause__, current.__context__))
+    return found
+
+
+def _first_line(text: str, limit: int = 120) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def failure_cause(exc: BaseException) -> str:
+    """Why a request failed, in a few words: "connection refused", "connection timed out",
+    "no reply within 5 s", "name not resolved", "TLS error: ...", "connection reset by the server"...
+
+    ``exc`` is what requests raised (or what it wraps); the text never holds urllib3's reprs.
+    """
+    chain = _causes(exc)
+
+    def first(*kinds: type[BaseException]) -> BaseException | None:
+        return next((e for e in chain if isinstance(e, kinds)), None)
+
+    tls = first(ssl.SSLError)
+    if tls is not None or first(requests.exceptions.SSLError, urllib3.exceptions.SSLError) is not None:
+        verify_message = getattr(tls, "verify_message", None)
+        reason = f"certificate verify failed: {verify_message}" if verify_message else getattr(tls, "reason", None)
+        if not reason and tls is not None:  # made by hand, not by the ssl module: its text
+            reason = re.sub(r"^\[SSL: [A-Z_]+\]\s*|\s*\(_ssl\.c:\d+\)$", "", str(tls.args[-1] if tls.args else tls))
+        return f"TLS error: {_first_line(str(reason).lower().replace('_', ' ')) or 'the handshake failed'}"
+    if first(socket.gaierror, urllib3.exceptions.NameResolutionError) is not None:
+        return "name not resolved"
+    if first(ConnectionRefusedError) is not None:
+        return "connection refused"
+    if first(requests.ConnectTimeout, urllib3.exceptions.ConnectTimeoutError) is not None:
+        return "connection timed out"
+    read_timeout = first(requests.ReadTimeout, urllib3.exceptions.ReadTimeoutError)
+    if read_timeout is not None:
+        seconds = re.search(r"read timeout=([0-9.]+)", str(read_timeout))
+        return f"no reply within {float(seconds.group(1)):.3g} s" if seconds else "no reply in time"
+    if first(http.client.RemoteDisconnected) is not None:  # a ConnectionResetError without an errno
+        return "connection closed by the server without a reply"
+    if first(ConnectionResetError) is not None:
+        return "connection reset by the server"
+    failed = next((e for e in chain if isinstance(e, OSError) and e.errno), None)
+    if failed is not None and failed.errno is not None:
+        return _ERRNO_CAUSES.get(failed.errno) or os.strerror(failed.errno).lower()
+    if first(urllib3.exceptions.ProtocolError) is not None:
+        return "connection closed by the server without a reply"
+    if first(requests.exceptions.InvalidURL, requests.exceptions.InvalidSchema) is not None:
+        return "the endpoint is not a valid URL"
+    innermost = chain[-1]
+    text = _first_line(str(innermost))
+    if not text or "Pool(" in text or "Max retries" in text or "Connection(" in text:
+        return f"{type(innermost).__name__} (no further detail)"
+    return f"{type(innermost).__name__}: {text}"
+
+
 class EtcdError(DiscoveryError):
     """The server refused a request (its message is included)."""
 
@@ -352,7 +439,10 @@ class EtcdGateway:
         password: str | None = None,
         verify: str | bool = True,
         cert: tuple[str, str] | None = None,
+        request_timeout: float = REQUEST_TIMEOUT,
     ) -> None:
+        """``request_timeout``: seconds each unary request may take in all, connecting included
+        (which may take ``CONNECT_TIMEOUT`` of it at most, as may opening a watch stream)."""
         if not endpoints:
             raise BackendUnavailable("no etcd endpoints given")
         self.endpoints = [e.rstrip("/") for e in endpoints]
@@ -362,6 +452,11 @@ class EtcdGateway:
         self._lock = threading.Lock()
         self.session = self._new_session(verify, cert)
         self._verify, self._cert = verify, cert
+        self.request_timeout = request_timeout
+        self.connect_timeout = min(CONNECT_TIMEOUT, request_timeout)
+        # requests hands a urllib3 Timeout to urllib3 as it is (its stubs do not say so): it bounds
+        # the whole request, which a (connect, read) pair cannot
+        self._timeout: Any = urllib3.Timeout(connect=self.connect_timeout, total=request_timeout)
 
     @staticmethod
     def _new_session(verify: str | bool, cert: tuple[str, str] | None) -> requests.Session:
@@ -393,14 +488,14 @@ class EtcdGateway:
             with self._lock:
                 endpoint = self.endpoints[(self._current + attempt) % len(self.endpoints)]
             try:
-                response = self.session.post(endpoint + path, json=body, headers=headers, timeout=REQUEST_TIMEOUT)
+                response = self.session.post(endpoint + path, json=body, headers=headers, timeout=self._timeout)
             except requests.RequestException as exc:
-                errors.append(f"{endpoint}: {exc}")
+                errors.append(f"{endpoint}: {failure_cause(exc)}")
                 continue
             with self._lock:
                 self._current = self.endpoints.index(endpoint)
             return self._decode(response, path)
-        raise BackendUnavailable(f"no etcd endpoint answered {path}: " + "; ".join(errors))
+        raise BackendUnavailable("cannot reach etcd at " + "; ".join(errors))
 
     @staticmethod
     def _decode(response: requests.Response, path: str) -> Any:
@@ -435,6 +530,10 @@ class EtcdGateway:
         return _parsed(path, self.post(path, body), parse)
 
     # -- calls ------------------------------------------------------------------------------------
+    def server_status(self) -> int:
+        """Ask the server how it is (``/v3/maintenance/status``, which needs no permission): the store revision."""
+        return self._call("/v3/maintenance/status", {}, _header_reply)
+
     def range(self, key: bytes, range_end: bytes | None = None, *, limit: int = 0) -> tuple[list[KeyValue], int]:
         body: dict[str, Any] = {"key": b64(key)}
         if range_end is not None:
@@ -506,7 +605,11 @@ class EtcdGateway:
         with self._lock:
             endpoint = self.endpoints[self._current]
         response = session.post(
-            endpoint + WATCH, json=body, headers=self.headers(), stream=True, timeout=(3.05, read_timeout)
+            endpoint + WATCH,
+            json=body,
+            headers=self.headers(),
+            stream=True,
+            timeout=(self.connect_timeout, read_timeout),
         )
         opened(response)
         try:

@@ -49,6 +49,12 @@ EVERY_CALL = {
 }
 # Nonsense to a lease grant only (it is a well-formed, empty range reply).
 GRANT_ONLY = {"id-not-a-number": b'{"header":{"revision":"7"},"ID":"abc","TTL":"2"}'}
+# Nonsense with no well-formed header: connect's /v3/maintenance/status cannot take it either.
+NO_HEADER = {
+    name: body
+    for name, body in EVERY_CALL.items()
+    if name not in ("kvs-not-a-list", "key-not-base64", "value-not-base64", "mod-revision-not-a-number")
+}
 EVERYTHING = list(EVERY_CALL.values()) + list(GRANT_ONLY.values())
 EVERYTHING_PARSED = [json.loads(body) for body in EVERYTHING if body != EVERY_CALL["junk-lines"]]
 
@@ -293,19 +299,33 @@ def replying(gateway: EtcdGateway, reply: Any) -> EtcdGateway:
 
 
 # -- the client against a server answering nonsense -------------------------------------------------
-@pytest.mark.parametrize("body", [*EVERY_CALL.values(), *GRANT_ONLY.values()], ids=[*EVERY_CALL, *GRANT_ONLY])
+@pytest.mark.parametrize("body", NO_HEADER.values(), ids=NO_HEADER)
 def test_connect_to_nonsense_is_backend_unavailable_quoting_it(proxy, prefix, body):
     proxy.answer([body])
     with pytest.raises(ds.BackendUnavailable) as raised:
         ds.connect(proxy.url(prefix, options="&startup_timeout=0"))
     message = str(raised.value)
-    assert "/v3/lease/grant" in message
+    assert "/v3/maintenance/status" in message
     assert body.decode().strip() in message
+
+
+@pytest.mark.parametrize("body", [*EVERY_CALL.values(), *GRANT_ONLY.values()], ids=[*EVERY_CALL, *GRANT_ONLY])
+def test_a_lease_grant_answered_with_nonsense_is_backend_unavailable_quoting_it(proxy, prefix, body):
+    with ds.connect(proxy.url(prefix)) as client:  # connecting grants no lease: the first need does
+        proxy.answer([body])
+        with pytest.raises(ds.BackendUnavailable) as raised:
+            client.instance_id  # noqa: B018
+        message = str(raised.value)
+        assert "/v3/lease/grant" in message
+        assert body.decode().strip() in message
+        proxy.forward()
+        assert client.register(endpoint_spec()).instance_id == client.instance_id > 0  # the next need grants it
 
 
 @pytest.mark.parametrize("body", EVERY_CALL.values(), ids=EVERY_CALL)
 def test_register_and_list_against_nonsense_are_backend_unavailable(proxy, prefix, body):
     with ds.connect(proxy.url(prefix)) as client:
+        assert client.instance_id  # the lease is granted before the nonsense
         proxy.answer([body])
         with pytest.raises(ds.BackendUnavailable, match="/v3/kv/txn"):
             client.register(endpoint_spec())
