@@ -5,7 +5,7 @@ Identity options override the Downward-API files and the environment (see :mod:`
 
 from __future__ import annotations
 
-from discovery_sync.options import OptionSet, boolean, choice, duration, path, text
+from discovery_sync.options import OptionSet, boolean, choice, duration, optional, path, text
 
 from .identity import MODES
 
@@ -25,5 +25,7 @@ OPTIONS = OptionSet(
         "write_timeout": timeout,
         "sync_timeout": timeout,
         "consistent_reads": boolean,
+        "request_timeout": optional(timeout),
+        "read_only": boolean,
     },
 )
