@@ -82,7 +82,7 @@ def from_url(netloc: str, path: str, options: dict[str, Any]) -> KubeDiscovery:
         cluster.api_client.close()
         raise
     try:
-        return KubeDiscovery(identity, api, mode=mode, **settings)
+        return KubeDiscovery(identity, api, mode=mode, podinfo_dir=podinfo_dir, **settings)
     except BaseException:
         api.close()
         raise

@@ -26,6 +26,7 @@ like any other; its writes are refused by :class:`~discovery_sync.discovery.Disc
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 import threading
 import time
@@ -43,7 +44,7 @@ from discovery_sync.queries import Query
 from discovery_sync.specs import DiscoverySpec, EndpointSpec, EventSourceSpec
 from discovery_sync.watch import WatchFeed
 
-from .identity import MODES, PodIdentity, check_publisher_id, missing_identity_message
+from .identity import DEFAULT_PODINFO_DIR, MODES, PodIdentity, check_publisher_id, missing_identity_message
 from .layout import worker_metadata_body
 from .liveness import parse_rv
 from .options import OPTIONS
@@ -72,6 +73,8 @@ class KubeDiscovery(Discovery):
     :param mode: ``pod`` or ``container``: which readiness objects decide that a worker is served
         (EndpointSlices or Pods). Default: the identity's mode, else ``pod``.
     :param read_only: never write (see the module docstring); the identity is then ignored.
+    :param podinfo_dir: where the Downward-API files were looked for (named when a write needs
+        the identity this client lacks).
     :param ready_timeout: seconds reads wait for the first complete view (then BackendUnavailable).
     :param write_timeout: seconds a CR write is retried before it fails and is rolled back.
     :param sync_timeout: seconds a consistent read waits for the watches to catch up.
@@ -89,6 +92,7 @@ class KubeDiscovery(Discovery):
         *,
         mode: str | None = None,
         read_only: bool = False,
+        podinfo_dir: str | os.PathLike[str] = DEFAULT_PODINFO_DIR,
         ready_timeout: float = 30.0,
         write_timeout: float = 10.0,
         sync_timeout: float = 5.0,
@@ -101,6 +105,7 @@ class KubeDiscovery(Discovery):
         self.mode: str = mode or (identity.mode if identity is not None else MODES[0])
         self.identity = None if self.read_only else identity
         self.api = api
+        self._podinfo_dir = podinfo_dir
         self.ready_timeout = OPTIONS.check("ready_timeout", ready_timeout)
         self.write_timeout = OPTIONS.check("write_timeout", write_timeout)
         self.sync_timeout = OPTIONS.check("sync_timeout", sync_timeout)
@@ -129,12 +134,12 @@ class KubeDiscovery(Discovery):
     def _check_writable(self, action: str) -> None:
         super()._check_writable(action)
         if self.identity is None:
-            raise ValidationError(missing_identity_message(action))
+            raise ValidationError(missing_identity_message(action, self._podinfo_dir))
 
     def _writer(self) -> PodIdentity:
         """The identity writes need (the base class has already refused writes without one)."""
         if self.identity is None:
-            raise ValidationError(missing_identity_message("write its DynamoWorkerMetadata"))
+            raise ValidationError(missing_identity_message("write its DynamoWorkerMetadata", self._podinfo_dir))
         return self.identity
 
     def collect_garbage(
