@@ -1,6 +1,8 @@
 """The options of ``kube://`` URLs and of ``KubeDiscovery``'s keyword arguments.
 
 Identity options override the Downward-API files and the environment (see :mod:`.identity`).
+``request_timeout`` (None: 10 s to connect, 30 s to answer) bounds each API request, and only
+the connect phase of a watch; ``read_only`` makes a client that never writes and needs no identity.
 """
 
 from __future__ import annotations

@@ -140,11 +140,6 @@ def load_cluster(kubeconfig: str | os.PathLike[str] | None = None) -> Cluster:
         ) from exc
 
 
-def make_api_client(kubeconfig: str | os.PathLike[str] | None = None) -> client.ApiClient:
-    """The API client of :func:`load_cluster`."""
-    return load_cluster(kubeconfig).api_client
-
-
 @dataclass(frozen=True)
 class Resource:
     """A namespaced resource this client lists and watches (raw JSON)."""
