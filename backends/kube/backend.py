@@ -165,7 +165,7 @@ class KubeDiscovery(Discovery):
             "cr_uid": cr_uid,
             "server": self.api.server,
             "request_timeout": self.api.request_timeout,
-            "instance_id": self.instance_id,
+            "instance_id": self.instance_id if identity is not None else None,
             "local_records": records,
             "writes": self.writes,
             **self.daemon.status(),
@@ -297,7 +297,11 @@ class KubeDiscovery(Discovery):
             raise BackendUnavailable(f"Kubernetes discovery failed: {self.daemon.reason}")
 
     def _diagnose(self, report: dict[str, Any]) -> None:
-        report.update(self.status())
+        details = self.status()
+        del details["instance_id"]  # the report's own (hex; none for a client whose id names nothing)
+        report.update(details)
+        if self.identity is None:
+            report.pop("instance_id", None)
         if self.daemon.state is not State.READY:
             report["problems"].append(f"the discovery view is {self.daemon.state.value}: {self.daemon.reason}")
 

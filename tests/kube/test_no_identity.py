@@ -57,7 +57,9 @@ def test_a_client_without_identity_lists_gets_and_watches(server, pod_client, la
     assert (status["pod"], status["cr_name"], status["namespace"], status["mode"]) == (None, None, "default", "pod")
     # its id names no worker: every Kubernetes worker id fits in 53 bits
     assert 2**53 <= reader.instance_id < 2**63
-    assert reader.diagnose()["problems"] == []
+    report = reader.diagnose()
+    assert report["problems"] == [] and "instance_id" not in report and status["instance_id"] is None
+    assert writer.diagnose()["instance_id"] == f"{writer.instance_id:x}" == "43710f49c0cff"
     assert reader.collect_garbage() == [] and reader.collect_garbage(dry_run=True) == []
 
 
