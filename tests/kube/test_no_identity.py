@@ -272,3 +272,20 @@ def test_a_write_to_a_server_that_never_answers_is_bounded_by_write_timeout_and_
         with pytest.raises(ds.BackendUnavailable, match=f"cannot reach the Kubernetes API server {silent_server}"):
             client.register(endpoint_spec())
         assert time.monotonic() - started < 1 + 0.5 + 1
+
+
+def test_in_a_pod_the_context_namespace_is_the_service_accounts(server, tmp_path, monkeypatch, no_pod_environment):
+    from discovery_sync.backends.kube import wire
+
+    def in_cluster(client_configuration) -> None:
+        client_configuration.host = server.url
+
+    (tmp_path / "namespace").write_text("team-b\n")
+    monkeypatch.setattr(wire.config, "load_incluster_config", in_cluster)
+    monkeypatch.setattr(wire, "SERVICE_ACCOUNT_NAMESPACE", str(tmp_path / "namespace"))
+    with ds.connect("kube://", podinfo_dir=str(no_pod_environment), read_only=True) as client:
+        assert client.api.namespace == "team-b" and client.api.server == server.url
+        assert client.list(ds.Query.endpoints()) == []
+    monkeypatch.setattr(wire, "SERVICE_ACCOUNT_NAMESPACE", str(tmp_path / "missing"))
+    with ds.connect("kube://", podinfo_dir=str(no_pod_environment), read_only=True) as client:
+        assert client.api.namespace == "default"
