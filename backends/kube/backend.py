@@ -147,7 +147,7 @@ class KubeDiscovery(Discovery):
     ) -> CollectedGarbage:
         """Nothing to remove on Kubernetes (each CR goes with its pod through the ownerReference), so a
         client without a pod identity may run it too; a read-only client may only dry-run."""
-        if self.identity is None and not self.read_only:
+        if self.identity is None and not self.read_only and dry_run is False:
             dry_run = True  # removes nothing either way; spares the identity check of writes
         return super().collect_garbage(dry_run=dry_run, progress=progress)
 

@@ -61,6 +61,8 @@ def test_a_client_without_identity_lists_gets_and_watches(server, pod_client, la
     assert report["problems"] == [] and "instance_id" not in report and status["instance_id"] is None
     assert writer.diagnose()["instance_id"] == f"{writer.instance_id:x}" == "43710f49c0cff"
     assert reader.collect_garbage() == [] and reader.collect_garbage(dry_run=True) == []
+    with pytest.raises(ds.ValidationError, match="dry_run must be True or False"):
+        reader.collect_garbage(dry_run="yes")
 
 
 def test_writes_without_identity_say_what_is_missing(server, pod_client, laptop, no_pod_environment):
