@@ -1,45 +1,88 @@
 """Kubernetes backend: ``kube://`` (see :class:`KubeDiscovery` and docs/design.md §8).
 
-Identity comes from the Downward-API files in ``/etc/podinfo``, else ``POD_NAME``, ``POD_UID``
-and ``POD_NAMESPACE``; ``DYN_KUBE_DISCOVERY_MODE`` (``pod`` | ``container``) and
-``CONTAINER_NAME`` choose the CR per pod or per container. Connect options override them:
-``pod_name``, ``pod_uid``, ``namespace``, ``container_name``, ``mode``, ``podinfo_dir``; and
-``kubeconfig`` (else in-cluster configuration, else the default kubeconfig), ``ready_timeout``,
-``write_timeout``, ``sync_timeout``, ``consistent_reads`` (see :mod:`.options`). The CRD and RBAC to install are in
-``manifests/``.
+Identity (needed only to register): the Downward-API files in ``/etc/podinfo``, else
+``POD_NAME`` and ``POD_UID``; ``DYN_KUBE_DISCOVERY_MODE`` (``pod`` | ``container``) and
+``CONTAINER_NAME`` choose the CR per pod or per container. Without any identity (a laptop with a
+kubeconfig) a client lists, gets and watches; its writes raise ValidationError saying how to
+give it one. A half-set identity (a name without a uid) is a ValidationError at connect.
+
+Namespace: the ``namespace`` option, else the Downward-API file ``pod_namespace``, else
+``POD_NAMESPACE``, else the kubeconfig's current-context namespace (in a pod: the service
+account's), else ``default``.
+
+Connect options override the files and the environment: ``pod_name``, ``pod_uid``,
+``namespace``, ``container_name``, ``mode``, ``podinfo_dir``; and ``kubeconfig`` (else in-cluster
+configuration, else ``KUBECONFIG`` / ``~/.kube/config``), ``read_only`` (never write: no CR;
+the identity is ignored), ``request_timeout`` (seconds bounding each API request; for watches,
+connecting only; default 10 s to connect and 30 s to answer), ``ready_timeout``, ``write_timeout``,
+``sync_timeout``, ``consistent_reads`` (see :mod:`.options`). The CRD and RBAC to install are in
+``manifests/`` (:data:`MANIFESTS`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 from discovery_sync.errors import ValidationError
 
 from .backend import KubeDiscovery
-from .identity import DEFAULT_PODINFO_DIR, PodIdentity, instance_id_for, resolve_identity
+from .identity import (
+    DEFAULT_PODINFO_DIR,
+    PodIdentity,
+    find_identity,
+    instance_id_for,
+    resolve_identity,
+    resolve_mode,
+    resolve_namespace,
+)
 from .options import IDENTITY_OPTIONS, OPTIONS
-from .wire import KubeApi, make_api_client
+from .wire import KubeApi, load_cluster
 
-__all__ = ["MANIFESTS", "KubeDiscovery", "PodIdentity", "from_url", "instance_id_for", "resolve_identity"]
+__all__ = [
+    "MANIFESTS",
+    "KubeDiscovery",
+    "PodIdentity",
+    "find_identity",
+    "from_url",
+    "instance_id_for",
+    "resolve_identity",
+    "resolve_namespace",
+]
 
 MANIFESTS = Path(__file__).parent / "manifests"
 
 
 def from_url(netloc: str, path: str, options: dict[str, Any]) -> KubeDiscovery:
-    """``kube://[?options]``: a client for this pod (identity from options, podinfo files, environment)."""
+    """``kube://[?options]``: a client of one namespace, as this pod when it has an identity."""
     if netloc or path.strip("/"):
         raise ValidationError(
             f"the kube URL takes no host or path (got {netloc + path!r}): use kube:// and options such as namespace="
         )
     settings = OPTIONS.parse(options)
-    identity = resolve_identity(
-        **{key: settings.pop(key) for key in IDENTITY_OPTIONS if key in settings},
-        podinfo_dir=settings.pop("podinfo_dir", DEFAULT_PODINFO_DIR),
-    )
-    api = KubeApi(make_api_client(settings.pop("kubeconfig", None)), identity.namespace)
+    given = {key: settings.pop(key) for key in IDENTITY_OPTIONS if key in settings}
+    podinfo_dir = settings.pop("podinfo_dir", DEFAULT_PODINFO_DIR)
+    identity: PodIdentity | None = None
+    if not settings.get("read_only", False):  # identity errors come before the cluster is contacted
+        identity = find_identity(**given, podinfo_dir=podinfo_dir)
+    if identity is not None:
+        mode = identity.mode
+    else:  # a reader needs no container name: the mode only says which readiness objects to watch
+        mode, _ = resolve_mode(given.get("mode"), given.get("container_name"), need_container=False)
+    cluster = load_cluster(settings.pop("kubeconfig", None))
     try:
-        return KubeDiscovery(identity, api, **settings)
+        namespace = resolve_namespace(
+            given.get("namespace"), podinfo_dir=podinfo_dir, context_namespace=cluster.namespace
+        )
+        if identity is not None:
+            identity = dataclasses.replace(identity, namespace=namespace)
+        api = KubeApi(cluster.api_client, namespace, request_timeout=settings.pop("request_timeout", None))
+    except BaseException:
+        cluster.api_client.close()
+        raise
+    try:
+        return KubeDiscovery(identity, api, mode=mode, podinfo_dir=podinfo_dir, **settings)
     except BaseException:
         api.close()
         raise

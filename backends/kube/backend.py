@@ -14,11 +14,20 @@ so a record another pod wrote before the call is seen. Model conflicts between r
 are settled by the resourceVersion at which each model first appeared: the earlier one wins.
 
 One client per CR name: two clients with the same pod (and container) overwrite each other's CR.
+
+Without a pod identity (a laptop with a kubeconfig) a client lists, gets and watches like any
+other; registering, leasing and taint updates raise ValidationError saying how to give it one.
+Its instance id is random, in [2**53, 2**63): above every Kubernetes worker id (53 bits), so it
+names no worker. A ``read_only`` client never writes (no CR applied or deleted, not even the
+stale-CR delete of container mode), ignores any identity it has and also serves its own pod's CR
+like any other; its writes are refused by :class:`~discovery_sync.discovery.Discovery`.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -27,7 +36,7 @@ from typing import Any, TypeVar
 
 from kubernetes.client.exceptions import ApiException
 
-from discovery_sync.discovery import Discovery
+from discovery_sync.discovery import CollectedGarbage, Discovery
 from discovery_sync.errors import BackendUnavailable, ValidationError
 from discovery_sync.identity import DiscoveryInstanceId
 from discovery_sync.model import DiscoveryInstance, EventSource, Model
@@ -35,7 +44,7 @@ from discovery_sync.queries import Query
 from discovery_sync.specs import DiscoverySpec, EndpointSpec, EventSourceSpec
 from discovery_sync.watch import WatchFeed
 
-from .identity import PodIdentity, check_publisher_id
+from .identity import DEFAULT_PODINFO_DIR, MODES, PodIdentity, check_publisher_id, missing_identity_message
 from .layout import worker_metadata_body
 from .liveness import parse_rv
 from .options import OPTIONS
@@ -47,6 +56,8 @@ log = logging.getLogger("discovery_sync.backends.kube")
 T = TypeVar("T")
 
 RETRY_START, RETRY_MAX = 0.25, 2.0
+#: ids of clients without an identity start here: above every worker's id (53 bits)
+NO_WORKER_ID_MIN = 2**53
 #: the transports the reference runtime (1.6.1) can parse; it reads a CR all or nothing
 REFERENCE_TRANSPORTS = ("tcp", "nats_tcp")
 _PERMANENT = (401, 403, 404)  # missing RBAC or CRD: retrying will not help
@@ -56,29 +67,45 @@ _INVALID = (400, 413, 422)  # the server refuses the CR itself
 class KubeDiscovery(Discovery):
     """Discovery on Kubernetes custom resources (``nvidia.com/v1alpha1`` DynamoWorkerMetadata).
 
-    :param identity: this worker's pod and mode (see :func:`~.identity.resolve_identity`).
-    :param api: the API of the pod's namespace.
+    :param identity: this worker's pod and mode (see :func:`~.identity.find_identity`); None for a
+        client that only reads (listing and watching work; every write raises ValidationError).
+    :param api: the API of the namespace to read (and the pod's namespace, to write).
+    :param mode: ``pod`` or ``container``: which readiness objects decide that a worker is served
+        (EndpointSlices or Pods). Default: the identity's mode, else ``pod``.
+    :param read_only: never write (see the module docstring); the identity is then ignored.
+    :param podinfo_dir: where the Downward-API files were looked for (named when a write needs
+        the identity this client lacks).
     :param ready_timeout: seconds reads wait for the first complete view (then BackendUnavailable).
     :param write_timeout: seconds a CR write is retried before it fails and is rolled back.
     :param sync_timeout: seconds a consistent read waits for the watches to catch up.
     :param consistent_reads: check that the view is current before each read (two LISTs).
+
+    Each request to the API server is bounded by the ``api``'s ``request_timeout``.
     """
 
     backend_name = "kube"
 
     def __init__(
         self,
-        identity: PodIdentity,
+        identity: PodIdentity | None,
         api: KubeApi,
         *,
+        mode: str | None = None,
+        read_only: bool = False,
+        podinfo_dir: str | os.PathLike[str] = DEFAULT_PODINFO_DIR,
         ready_timeout: float = 30.0,
         write_timeout: float = 10.0,
         sync_timeout: float = 5.0,
         consistent_reads: bool = True,
     ) -> None:
-        super().__init__()
-        self.identity = identity
+        super().__init__(read_only=OPTIONS.check("read_only", read_only))
+        mode = OPTIONS.check("mode", mode) if mode is not None else None
+        if identity is not None and mode is not None and mode != identity.mode:
+            raise ValidationError(f"mode={mode!r} contradicts the identity's discovery mode {identity.mode!r}")
+        self.mode: str = mode or (identity.mode if identity is not None else MODES[0])
+        self.identity = None if self.read_only else identity
         self.api = api
+        self._podinfo_dir = podinfo_dir
         self.ready_timeout = OPTIONS.check("ready_timeout", ready_timeout)
         self.write_timeout = OPTIONS.check("write_timeout", write_timeout)
         self.sync_timeout = OPTIONS.check("sync_timeout", sync_timeout)
@@ -88,27 +115,57 @@ class KubeDiscovery(Discovery):
         self._first_seen: dict[DiscoveryInstanceId, int | None] = {}
         self._cr_uid: str | None = None
         self.writes = 0
-        if identity.mode == "container":
-            self._retrying(partial(api.delete_worker_metadata, identity.cr_name), "deleting the stale CR")
-        self.daemon = KubeDaemon(api, mode=identity.mode, own_cr_name=identity.cr_name)
+        # a client without an identity (or a read-only one) has an id that names no worker
+        self._instance_id = (
+            self.identity.instance_id
+            if self.identity is not None
+            else NO_WORKER_ID_MIN + secrets.randbelow(2**63 - NO_WORKER_ID_MIN)
+        )
+        own = self.identity
+        if own is not None and own.mode == "container":
+            self._retrying(partial(api.delete_worker_metadata, own.cr_name), "deleting the stale CR")
+        self.daemon = KubeDaemon(api, mode=self.mode, own_cr_name=own.cr_name if own is not None else None)
         self.daemon.start()
 
     @property
     def instance_id(self) -> int:
-        return self.identity.instance_id
+        return self._instance_id
+
+    def _check_writable(self, action: str) -> None:
+        super()._check_writable(action)
+        if self.identity is None:
+            raise ValidationError(missing_identity_message(action, self._podinfo_dir))
+
+    def _writer(self) -> PodIdentity:
+        """The identity writes need (the base class has already refused writes without one)."""
+        if self.identity is None:
+            raise ValidationError(missing_identity_message("write its DynamoWorkerMetadata", self._podinfo_dir))
+        return self.identity
+
+    def collect_garbage(
+        self, *, dry_run: bool = False, progress: Callable[[float, float], None] | None = None
+    ) -> CollectedGarbage:
+        """Nothing to remove on Kubernetes (each CR goes with its pod through the ownerReference), so a
+        client without a pod identity may run it too; a read-only client may only dry-run."""
+        if self.identity is None and not self.read_only and dry_run is False:
+            dry_run = True  # removes nothing either way; spares the identity check of writes
+        return super().collect_garbage(dry_run=dry_run, progress=progress)
 
     def status(self) -> dict[str, Any]:
-        """This worker's identity, its CR, the daemon's state and view."""
+        """This worker's identity (None without one), its CR, the daemon's state and view."""
         with self._metadata_lock:
             records, cr_uid = len(self._local), self._cr_uid
+        identity = self.identity
         return {
-            "pod": self.identity.pod_name,
-            "pod_uid": self.identity.pod_uid,
-            "namespace": self.identity.namespace,
-            "mode": self.identity.mode,
-            "cr_name": self.identity.cr_name,
+            "pod": identity.pod_name if identity is not None else None,
+            "pod_uid": identity.pod_uid if identity is not None else None,
+            "namespace": self.api.namespace,
+            "mode": self.mode,
+            "cr_name": identity.cr_name if identity is not None else None,
             "cr_uid": cr_uid,
-            "instance_id": self.instance_id,
+            "server": self.api.server,
+            "request_timeout": self.api.request_timeout,
+            "instance_id": self.instance_id if identity is not None else None,
             "local_records": records,
             "writes": self.writes,
             **self.daemon.status(),
@@ -158,9 +215,10 @@ class KubeDiscovery(Discovery):
             self._local.pop(key, None)
         else:
             self._local[key] = value
-        body = worker_metadata_body(self.identity, self._local.values())
+        identity = self._writer()
+        body = worker_metadata_body(identity, self._local.values())
         try:
-            stored = self._retrying(partial(self.api.apply_worker_metadata, self.identity.cr_name, body), action)
+            stored = self._retrying(partial(self.api.apply_worker_metadata, identity.cr_name, body), action)
         except BaseException:
             if before is None:
                 self._local.pop(key, None)
@@ -187,18 +245,18 @@ class KubeDiscovery(Discovery):
                 return call()
             except ApiException as exc:
                 if exc.status in _INVALID:
-                    raise ValidationError(f"{explain(exc, action)}; nothing was changed") from exc
+                    raise ValidationError(f"{explain(exc, action, self.api.server)}; nothing was changed") from exc
                 if exc.status in _PERMANENT:
-                    raise BackendUnavailable(f"{explain(exc, action)}; nothing was changed") from exc
+                    raise BackendUnavailable(f"{explain(exc, action, self.api.server)}; nothing was changed") from exc
                 error: BaseException = exc
             except TRANSPORT_ERRORS as exc:
                 error = exc
             if time.monotonic() + delay > deadline:
                 raise BackendUnavailable(
-                    f"{explain(error, action)}; gave up after {attempts} attempt(s) in {budget:g} s; "
+                    f"{explain(error, action, self.api.server)}; gave up after {attempts} attempt(s) in {budget:g} s; "
                     "nothing was changed"
                 ) from error
-            log.warning("%s; retrying in %.2f s", explain(error, action), delay)
+            log.warning("%s; retrying in %.2f s", explain(error, action, self.api.server), delay)
             time.sleep(delay)  # retry backoff: nothing to wait on but time
             delay = min(delay * 2, RETRY_MAX)
 
@@ -234,12 +292,16 @@ class KubeDiscovery(Discovery):
         try:
             self.api.list_page(self.api.worker_metadata, limit=1)
         except (ApiException, *TRANSPORT_ERRORS) as exc:
-            raise BackendUnavailable(explain(exc, "listing DynamoWorkerMetadata")) from exc
+            raise BackendUnavailable(explain(exc, "listing DynamoWorkerMetadata", self.api.server)) from exc
         if self.daemon.state is State.FAILED:
             raise BackendUnavailable(f"Kubernetes discovery failed: {self.daemon.reason}")
 
     def _diagnose(self, report: dict[str, Any]) -> None:
-        report.update(self.status())
+        details = self.status()
+        del details["instance_id"]  # the report's own (hex; none for a client whose id names nothing)
+        report.update(details)
+        if self.identity is None:
+            report.pop("instance_id", None)
         if self.daemon.state is not State.READY:
             report["problems"].append(f"the discovery view is {self.daemon.state.value}: {self.daemon.reason}")
 
@@ -248,11 +310,12 @@ class KubeDiscovery(Discovery):
         with self._metadata_lock:
             self._local.clear()
             cr_uid, self._cr_uid = self._cr_uid, None
-        if cr_uid is not None:
+        if cr_uid is not None:  # only a client with an identity ever wrote a CR
+            cr_name = self._writer().cr_name
             try:
                 self._retrying(
-                    partial(self.api.delete_worker_metadata, self.identity.cr_name, cr_uid),
-                    f"deleting DynamoWorkerMetadata {self.identity.cr_name}",
+                    partial(self.api.delete_worker_metadata, cr_name, cr_uid),
+                    f"deleting DynamoWorkerMetadata {cr_name}",
                     timeout=min(self.write_timeout, 2.0),
                 )
             except Exception as exc:  # the Pod ownerReference still has it garbage-collected

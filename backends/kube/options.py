@@ -1,11 +1,13 @@
 """The options of ``kube://`` URLs and of ``KubeDiscovery``'s keyword arguments.
 
 Identity options override the Downward-API files and the environment (see :mod:`.identity`).
+``request_timeout`` (None: 10 s to connect, 30 s to answer) bounds each API request, and only
+the connect phase of a watch; ``read_only`` makes a client that never writes and needs no identity.
 """
 
 from __future__ import annotations
 
-from discovery_sync.options import OptionSet, boolean, choice, duration, path, text
+from discovery_sync.options import OptionSet, boolean, choice, duration, optional, path, text
 
 from .identity import MODES
 
@@ -25,5 +27,7 @@ OPTIONS = OptionSet(
         "write_timeout": timeout,
         "sync_timeout": timeout,
         "consistent_reads": boolean,
+        "request_timeout": optional(timeout),
+        "read_only": boolean,
     },
 )

@@ -98,7 +98,7 @@ class ResourceCache:
 class KubeDaemon:
     """The view of one namespace for one client; see the module docstring."""
 
-    def __init__(self, api: KubeApi, *, mode: str, own_cr_name: str) -> None:
+    def __init__(self, api: KubeApi, *, mode: str, own_cr_name: str | None) -> None:
         self.api = api
         self.mode = mode
         self.own_cr_name = own_cr_name
@@ -182,7 +182,7 @@ class KubeDaemon:
             try:
                 objects, version = self.api.list_all(cache.resource)
             except (ApiException, *TRANSPORT_ERRORS) as exc:
-                self._warn_stale(explain(exc, f"listing {cache.resource.plural}"))
+                self._warn_stale(explain(exc, f"listing {cache.resource.plural}", self.api.server))
                 return False
             targets.append((cache, objects, version))
         with self._changed:

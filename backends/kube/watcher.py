@@ -136,7 +136,7 @@ class ResourceStream:
                     version = None
                     continue
                 action = f"watching {plural}" if listed else f"listing {plural}"
-                message = explain(exc, action)
+                message = explain(exc, action, self.api.server)
                 if not listed and isinstance(exc, ApiException) and exc.status in (401, 403, 404):
                     self._post(Fatal(plural, message))
                     return

@@ -13,6 +13,7 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Any, cast
 
 import orjson
@@ -22,6 +23,8 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from discovery_sync.errors import BackendUnavailable
+
+from .options import OPTIONS
 
 log = logging.getLogger("discovery_sync.backends.kube")
 
@@ -37,8 +40,10 @@ DISCOVERY_SELECTOR = f"{DISCOVERY_LABEL}=true"
 
 LIST_PAGE_SIZE = 500
 WATCH_TIMEOUT_SECONDS = 290  # what the reference asks for
-REQUEST_TIMEOUT = (10.0, 30.0)  # connect, read
+REQUEST_TIMEOUT = (10.0, 30.0)  # connect, read: the default bound of a request
 WATCH_READ_TIMEOUT = 330.0  # longer than the server-side watch timeout
+#: where a pod's service account names its namespace (the in-cluster "current context" namespace)
+SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 #: errors that mean "the API server could not be reached or talked to", worth retrying
 TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, OSError)
@@ -48,8 +53,9 @@ CRD_MISSING_HINT = (
     "install the DynamoWorkerMetadata CRD (discovery_sync/backends/kube/manifests/crd.yaml)"
 )
 FORBIDDEN_HINT = (
-    "access denied: grant the RBAC in deploy/ (discovery_sync/backends/kube/manifests/rbac.yaml) "
-    "to this pod's service account"
+    "access denied: grant the RBAC printed by `discovery-sync manifests --rbac` (in the package: "
+    "discovery_sync/backends/kube/manifests/rbac.yaml; kubectl apply -n <namespace> -f it) to this pod's "
+    "service account (or, reading from outside the cluster, to your user)"
 )
 
 
@@ -69,39 +75,69 @@ def status_message(exc: ApiException) -> str:
     return f"{text}: {message}" if message else text
 
 
-def explain(exc: BaseException, action: str) -> str:
-    """A message for a failed ``action`` that says what to do about the usual causes."""
+def explain(exc: BaseException, action: str, server: str | None = None) -> str:
+    """A message for a failed ``action`` that says what to do about the usual causes (one line)."""
     if isinstance(exc, ApiException):
         if exc.status == 404:
             return f"{action} failed: {CRD_MISSING_HINT} ({status_message(exc)})"
         if exc.status in (401, 403):
             return f"{action} failed: {FORBIDDEN_HINT} ({status_message(exc)})"
         return f"{action} failed: {status_message(exc)}"
-    return f"{action} failed: cannot reach the Kubernetes API server ({exc})"
+    where = f" {server}" if server else ""
+    detail = " ".join(str(exc).split()) or type(exc).__name__
+    return f"{action} failed: cannot reach the Kubernetes API server{where} ({detail})"
 
 
-def make_api_client(kubeconfig: str | os.PathLike[str] | None = None) -> client.ApiClient:
+@dataclass(frozen=True)
+class Cluster:
+    """A configured API client and the namespace its configuration names (None: it names none)."""
+
+    api_client: client.ApiClient
+    #: the kubeconfig's current-context namespace; in a pod, the service account's namespace
+    namespace: str | None
+
+
+def _configured(configuration: client.Configuration) -> client.ApiClient:
+    # one attempt per request: urllib3 would otherwise retry a timed-out GET three times, making
+    # a request last four times its timeout; the backend retries itself (writes within
+    # write_timeout, list/watch threads with backoff)
+    configuration.retries = False
+    return client.ApiClient(configuration)
+
+
+def _kubeconfig_cluster(config_file: str) -> Cluster:
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=config_file, client_configuration=configuration, persist_config=False)
+    _, current = config.list_kube_config_contexts(config_file=config_file)
+    namespace = ((current or {}).get("context") or {}).get("namespace")
+    return Cluster(_configured(configuration), namespace if isinstance(namespace, str) else None)
+
+
+def load_cluster(kubeconfig: str | os.PathLike[str] | None = None) -> Cluster:
     """In-cluster configuration when running in a pod, else the kubeconfig (``kubeconfig`` or the default)."""
     if kubeconfig is not None:
         try:
-            api_client: client.ApiClient = config.new_client_from_config(config_file=os.fspath(kubeconfig))
+            return _kubeconfig_cluster(os.fspath(kubeconfig))
         except Exception as exc:  # the client library raises what its YAML parser raises for junk
             raise BackendUnavailable(f"cannot load the kubeconfig {os.fspath(kubeconfig)}: {exc}") from exc
-        return api_client
     configuration = client.Configuration()
     try:
         config.load_incluster_config(client_configuration=configuration)
-        return client.ApiClient(configuration)
     except ConfigException:
         pass
+    else:
+        try:
+            namespace: str | None = Path(SERVICE_ACCOUNT_NAMESPACE).read_text(encoding="utf-8").strip() or None
+        except OSError:
+            namespace = None
+        return Cluster(_configured(configuration), namespace)
     try:  # KUBECONFIG read now: the client library reads it once, when it is imported
-        api_client = config.new_client_from_config(config_file=os.environ.get("KUBECONFIG") or "~/.kube/config")
+        return _kubeconfig_cluster(os.environ.get("KUBECONFIG") or "~/.kube/config")
     except Exception as exc:
         raise BackendUnavailable(
             "no Kubernetes configuration: not running in a pod (no service account) and no usable kubeconfig "
             f"(KUBECONFIG or ~/.kube/config; or pass kubeconfig=...): {exc}"
         ) from exc
-    return api_client
 
 
 @dataclass(frozen=True)
@@ -120,11 +156,23 @@ def _read_json(response: urllib3.HTTPResponse) -> Any:
 
 
 class KubeApi:
-    """One namespace of one cluster: list/watch of CRs and readiness objects, apply and delete of CRs."""
+    """One namespace of one cluster: list/watch of CRs and readiness objects, apply and delete of CRs.
 
-    def __init__(self, api_client: client.ApiClient, namespace: str) -> None:
+    ``request_timeout`` (seconds) bounds each request: connecting plus waiting for the answer
+    (a LIST page, an apply, a delete); for a watch, only connecting, since a watch stays open
+    for minutes. None: 10 s to connect and 30 s per read (a watch: 330 s per read).
+    """
+
+    def __init__(self, api_client: client.ApiClient, namespace: str, *, request_timeout: float | None = None) -> None:
         self.api_client = api_client
         self.namespace = namespace
+        self.request_timeout = OPTIONS.check("request_timeout", request_timeout)
+        self.server = str(api_client.configuration.host or "")
+        self._timeout: float | tuple[float, float] = (
+            REQUEST_TIMEOUT if self.request_timeout is None else self.request_timeout
+        )
+        connect = REQUEST_TIMEOUT[0] if self.request_timeout is None else self.request_timeout
+        self._watch_timeout = (connect, WATCH_READ_TIMEOUT)
         self.custom = client.CustomObjectsApi(api_client)
         core, discovery = client.CoreV1Api(api_client), client.DiscoveryV1Api(api_client)
         self.worker_metadata = Resource(
@@ -142,7 +190,7 @@ class KubeApi:
 
     # -- reads --------------------------------------------------------------------------------------
     def list_page(self, resource: Resource, *, limit: int = LIST_PAGE_SIZE, token: str | None = None) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"limit": limit, "_preload_content": False, "_request_timeout": REQUEST_TIMEOUT}
+        kwargs: dict[str, Any] = {"limit": limit, "_preload_content": False, "_request_timeout": self._timeout}
         if token:
             kwargs["_continue"] = token
         page: dict[str, Any] = _read_json(resource.call(**kwargs))
@@ -181,7 +229,7 @@ class KubeApi:
             allow_watch_bookmarks=True,
             timeout_seconds=WATCH_TIMEOUT_SECONDS,
             _preload_content=False,
-            _request_timeout=(REQUEST_TIMEOUT[0], WATCH_READ_TIMEOUT),
+            _request_timeout=self._watch_timeout,
         )
         opened(response)
         ended = False
@@ -220,7 +268,7 @@ class KubeApi:
                 field_manager=FIELD_MANAGER,
                 force=True,
                 _content_type=APPLY_CONTENT_TYPE,
-                _request_timeout=REQUEST_TIMEOUT,
+                _request_timeout=self._timeout,
                 _preload_content=False,
             ),
         )
@@ -232,7 +280,7 @@ class KubeApi:
         body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)) if uid else None
         try:
             self.custom.delete_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, PLURAL, name, body=body, _request_timeout=REQUEST_TIMEOUT
+                GROUP, VERSION, self.namespace, PLURAL, name, body=body, _request_timeout=self._timeout
             )
         except ApiException as exc:
             if exc.status in (404, 409):  # gone, or replaced by another object of that name

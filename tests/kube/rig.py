@@ -2,7 +2,8 @@
 
 The fake keeps an EndpointSlice of its pods (as the EndpointSlice controller does), so a pod
 created ready is a served worker. Each client is connected with its own pod's identity through
-connect options, never through ``os.environ``.
+connect options, never through ``os.environ``; a reader (``rig.reader()``) with only the
+kubeconfig and the namespace: no pod identity, no pod, ``read_only=True``.
 """
 
 from __future__ import annotations
@@ -44,6 +45,12 @@ def connect_pod(server: FakeKubeServer, kubeconfig: Path, pod_name: str, **optio
     return ds.connect("kube://", **{**settings, **options})
 
 
+def connect_reader(kubeconfig: Path, **options: object) -> ds.Discovery:
+    """A read-only client with no pod identity and no pod: the kubeconfig and the namespace only."""
+    settings: dict[str, object] = {"kubeconfig": str(kubeconfig), "namespace": "default", "read_only": True}
+    return ds.connect("kube://", **{**settings, **options})
+
+
 def kube_rig(request: pytest.FixtureRequest, tmp_path: Path) -> StoreRig:
     server = FakeKubeServer(auto_endpoint_slices=True, bookmark_interval=0.2).start()
     kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
@@ -52,5 +59,6 @@ def kube_rig(request: pytest.FixtureRequest, tmp_path: Path) -> StoreRig:
         "kube",
         lambda: connect_pod(server, kubeconfig, f"worker-{next(numbers)}"),
         quiet_period=0.3,
+        connect_reader=lambda: connect_reader(kubeconfig),
         server=server,
     )

@@ -139,8 +139,8 @@ def test_connect_reports_bad_identity_and_options(tmp_path, monkeypatch):
     for variable in ("POD_NAME", "POD_UID", "POD_NAMESPACE", "DYN_KUBE_DISCOVERY_MODE", "CONTAINER_NAME"):
         monkeypatch.delenv(variable, raising=False)
     nowhere = str(tmp_path / "none")
-    with pytest.raises(ds.ValidationError, match="POD_NAME is not set"):
-        ds.connect("kube://", podinfo_dir=nowhere)
+    with pytest.raises(ds.ValidationError, match=r"POD_UID is not set \(but POD_NAME='p' is\).*or set neither"):
+        ds.connect("kube://", pod_name="p", podinfo_dir=nowhere)
     with pytest.raises(ds.ValidationError, match="unknown kube option"):
         ds.connect("kube://", pod_name="p", pod_uid="u", flavour="x")
     with pytest.raises(ds.ValidationError, match="takes no host or path"):

@@ -145,7 +145,11 @@ def test_transient_write_errors_are_retried(server, pod_client):
 def test_forbidden_writes_fail_at_once_and_say_what_to_grant(server, pod_client):
     client = pod_client("worker-0")
     server.deny("dynamoworkermetadatas", "patch")
-    with pytest.raises(ds.BackendUnavailable, match=r"grant the RBAC in deploy/"):
+    with pytest.raises(
+        ds.BackendUnavailable,
+        match=r"grant the RBAC printed by `discovery-sync manifests --rbac` "
+        r"\(in the package: discovery_sync/backends/kube/manifests/rbac.yaml",
+    ):
         client.register(endpoint_spec())
     assert len(patches(server)) == 1
     assert client.owned() == () and client.list(ds.Query.endpoints()) == []
