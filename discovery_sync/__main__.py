@@ -1,0 +1,3 @@
+from discovery_sync.tools.cli import main
+
+raise SystemExit(main())
