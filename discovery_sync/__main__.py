@@ -1,3 +1,3 @@
-from discovery_sync.tools.cli import main
+import importlib
 
-raise SystemExit(main())
+raise SystemExit(importlib.import_module("discovery_sync.tools.cli").main())  # the CLI, only when run
