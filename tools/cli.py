@@ -1,190 +1,32 @@
-"""The ``discovery-sync`` command: list, watch, register, doctor, gc, demo, bench."""
+"""The ``discovery-sync`` command: its parser, and how a failure becomes one line and an exit status.
+
+The commands are in :mod:`.commands`, their words in :mod:`.help_text`, output formats in
+:mod:`.output`. Nothing here is imported by ``import discovery_sync``.
+"""
 
 from __future__ import annotations
 
 import argparse
-import errno
 import os
-import signal
+import platform
 import sys
-import threading
 import traceback
-from collections.abc import Sequence
-from typing import Any, NoReturn
-
-import orjson
+import urllib.parse
+from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 import discovery_sync as ds
-from discovery_sync.specs import DiscoverySpec
 
-PROG = "discovery-sync"
+from . import commands, help_text
+from .output import FORMATS
+from .store import DEFAULT_TIMEOUT, kind_name, store_name
+
+PROG = help_text.PROG
 EXIT_STORE_ERROR = 1  # the store failed or refused (every DiscoveryError but ValidationError), or a bug
 EXIT_USAGE_ERROR = 2  # bad arguments, an unreadable or invalid spec, bad JSON, an invalid URL or option
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
 EXIT_BROKEN_PIPE = 141  # stdout closed early, as in ``discovery-sync list | head -1`` (128 + SIGPIPE)
 DEBUG_ENV = "DISCOVERY_SYNC_DEBUG"
-MAX_SPEC_BYTES = 64 << 20  # far above any spec list; reading stops there (register /dev/zero)
-SCOPE_EXAMPLE = """--scope '{"kind": "namespace", "name": "ns"}'"""
-_OPEN_ERRORS = {
-    errno.ENOENT: "it does not exist",
-    errno.EISDIR: "it is a directory",
-    errno.EACCES: "permission denied",
-    errno.ENOTDIR: "a part of its path is not a directory",
-}
-
-
-def _print_json(data: Any) -> None:
-    sys.stdout.write(orjson.dumps(data).decode() + "\n")
-    sys.stdout.flush()
-
-
-def _query(args: argparse.Namespace) -> ds.Query:
-    data: dict[str, Any] = {"kind": args.kind}
-    for field in ("namespace", "component", "endpoint", "topic"):
-        if getattr(args, field, None) is not None:
-            data[field] = getattr(args, field)
-    if args.scope is not None:
-        data["scope"] = _parse_scope(args.scope)
-    return ds.Query.from_dict(data)
-
-
-def _parse_scope(text: str) -> dict[str, Any]:
-    """The ``--scope`` argument as a JSON object; anything else is a ValidationError with an example."""
-    try:
-        scope = orjson.loads(text)
-    except orjson.JSONDecodeError as exc:
-        raise ds.ValidationError(f"--scope is not valid JSON: {exc}; example: {SCOPE_EXAMPLE}") from None
-    if not isinstance(scope, dict):
-        raise ds.ValidationError(f"--scope must be a JSON object, got {type(scope).__name__}; example: {SCOPE_EXAMPLE}")
-    return scope
-
-
-def _read_spec_source(path: str) -> bytes:
-    """The bytes of the spec file (``-``: stdin); an unreadable or oversized file (``/dev/zero``)
-    is a ValidationError saying why."""
-    try:
-        if path == "-":
-            data = sys.stdin.buffer.read(MAX_SPEC_BYTES + 1)
-        else:
-            with open(path, "rb") as file:
-                data = file.read(MAX_SPEC_BYTES + 1)
-    except OSError as exc:
-        reason = _OPEN_ERRORS.get(exc.errno or 0, exc.strerror or str(exc))
-        raise ds.ValidationError(
-            f"cannot read the spec file {path}: {reason}; give the path of a JSON spec file, or - for stdin"
-        ) from None
-    if len(data) > MAX_SPEC_BYTES:
-        raise ds.ValidationError(f"the spec file {path} is larger than {MAX_SPEC_BYTES >> 20} MiB: it cannot be a spec")
-    return data
-
-
-def _load_specs(path: str) -> list[DiscoverySpec]:
-    """Read and check the spec(s) of ``register``: one JSON object, or a non-empty list of them."""
-    where = "the spec on stdin" if path == "-" else f"the spec file {path}"
-    source = _read_spec_source(path)
-    if not source.strip():
-        raise ds.ValidationError(f"{where} is empty; it must hold a spec as a JSON object (or a list of them)")
-    try:
-        data = orjson.loads(source)
-    except orjson.JSONDecodeError as exc:
-        raise ds.ValidationError(f"{where} is not valid JSON: {exc}") from None
-    if isinstance(data, list):
-        if not data:
-            raise ds.ValidationError(f"{where} holds an empty list: there is nothing to register")
-        return [_spec(item, f"{where}, item {index}") for index, item in enumerate(data)]
-    return [_spec(data, where)]
-
-
-def _spec(data: Any, where: str) -> DiscoverySpec:
-    """One spec parsed from JSON data; a ValidationError names where the bad spec came from."""
-    try:
-        return ds.spec_from_dict(data)
-    except ds.ValidationError as exc:
-        raise ds.ValidationError(f"{where} is not a valid spec: {exc}") from None
-
-
-def _wait_for_signal() -> None:
-    """Block until SIGINT or SIGTERM."""
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    stop.wait()
-
-
-def cmd_list(args: argparse.Namespace) -> int:
-    with ds.connect(args.url) as client:
-        for instance in client.list(_query(args)):
-            _print_json(instance.to_dict())
-    return 0
-
-
-def cmd_watch(args: argparse.Namespace) -> int:
-    with ds.connect(args.url) as client, client.list_and_watch(_query(args)) as watch:
-        for count, event in enumerate(watch.events(idle_timeout=args.idle_timeout), start=1):  # Ctrl-C: run()
-            _print_json(event.to_dict())
-            if args.count is not None and count >= args.count:
-                break
-    return 0
-
-
-def cmd_register(args: argparse.Namespace) -> int:
-    specs = _load_specs(args.spec)
-    with ds.connect(args.url) as client:
-        for spec in specs:
-            _print_json(client.register(spec).to_dict())
-        if args.hold:
-            print("holding the registration; press Ctrl-C to remove it", file=sys.stderr)
-            _wait_for_signal()
-    return 0
-
-
-def cmd_doctor(args: argparse.Namespace) -> int:
-    try:
-        client = ds.connect(args.url)
-    except ds.BackendUnavailable as exc:  # a store no client may use (a symlinked bucket, say) is a finding too
-        report: dict[str, Any] = {"url": args.url or ds.default_url(), "problems": [str(exc)]}
-    else:
-        with client:
-            report = client.diagnose()
-    _print_json(report)
-    for problem in report.get("problems", []):
-        print(f"problem: {problem}", file=sys.stderr)
-    return 1 if report.get("problems") else 0
-
-
-def cmd_gc(args: argparse.Namespace) -> int:
-    with ds.connect(args.url) as client:
-        garbage = client.collect_garbage()
-    for removed in garbage:
-        _print_json({"removed": removed})
-    for key, reason in garbage.not_removed.items():
-        _print_json({"not_removed": key, "reason": reason})
-    return 1 if garbage.not_removed else 0
-
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
-
-    return run_demo(args.url)
-
-
-# ``bench`` options that moved to a benchmark of the repository checkout (they need its test rigs)
-MOVED_BENCHMARKS = {"etcd": "benchmarks.etcd", "interop": "benchmarks.interop"}
-
-
-def cmd_bench(args: argparse.Namespace) -> int:
-    for option, module in MOVED_BENCHMARKS.items():
-        if getattr(args, option):
-            print(
-                f"{PROG}: error: bench --{option} needs the test rigs of a repository checkout: "
-                f"run `python -m {module}` from the repository root",
-                file=sys.stderr,
-            )
-            return EXIT_USAGE_ERROR
-    from .bench import run_bench
-
-    _print_json(run_bench(args))
-    return 0
 
 
 class _Parser(argparse.ArgumentParser):
@@ -202,35 +44,164 @@ Errors are one line on stderr; set {DEBUG_ENV}=1 to print their traceback as wel
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog=PROG, description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--url", help="store URL (default: from DYN_DISCOVERY_BACKEND / DYN_FILE_KV / ETCD_ENDPOINTS)")
-    commands = parser.add_subparsers(dest="command", required=True)
+def _seconds(text: str) -> float:
+    """``--timeout``: a positive number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
 
-    def with_query(sub: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        sub.add_argument("--kind", default="endpoints", help="endpoints, models, event_channels or event_sources")
-        sub.add_argument("--namespace")
-        sub.add_argument("--component")
-        sub.add_argument("--endpoint")
-        sub.add_argument("--scope", help='event scope as JSON, e.g. \'{"kind":"namespace","name":"ns"}\'')
-        sub.add_argument("--topic")
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
+    return value
+
+
+def _global_options(*, in_command: bool) -> _Parser:
+    """--url, --timeout and -o, for the main parser and (``in_command``) for every command, so that
+    they may come before or after it. A command's copies default to SUPPRESS: a value given before
+    the command is not overwritten by a default after it."""
+
+    def default(value: object) -> object:
+        return argparse.SUPPRESS if in_command else value
+
+    options = _Parser(add_help=False)
+    group = options.add_argument_group("global options (before or after the command)")
+    group.add_argument("--url", default=default(None), help=help_text.URL_HELP)
+    group.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=default(DEFAULT_TIMEOUT),
+        metavar="SECONDS",
+        help=help_text.TIMEOUT_HELP % {"default": f"{DEFAULT_TIMEOUT:g}"},
+    )
+    group.add_argument(
+        "-o", "--output", choices=FORMATS, default=default(None), metavar="FORMAT", help=help_text.OUTPUT_HELP
+    )
+    return options
+
+
+def _kind(*, allow_all: bool) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        return kind_name(text, allow_all=allow_all)
+
+    parse.__name__ = "kind"  # argparse names the type in some messages
+    return parse
+
+
+def _add_filters(command: argparse.ArgumentParser) -> None:
+    filters = command.add_argument_group("filters")
+    filters.add_argument("--namespace", help="endpoints and models of this namespace")
+    filters.add_argument("--component", help="... of this component (needs --namespace)")
+    filters.add_argument("--endpoint", help="... of this endpoint (needs --component)")
+    filters.add_argument("--scope", help=help_text.SCOPE_HELP)
+    filters.add_argument("--topic", help="event channels and sources of this topic")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = _Parser(
+        prog=PROG,
+        description=help_text.MAIN,
+        epilog=help_text.MAIN_EXAMPLES + "\n\n" + EPILOG,
+        formatter_class=formatter,
+        parents=[_global_options(in_command=False)],
+    )
+    python = f"Python {platform.python_version()}"
+    parser.add_argument("--version", action="version", version=f"{PROG} {ds.__version__} ({python})")
+    subcommands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    in_command = _global_options(in_command=True)
+
+    def command(
+        name: str, summary: str, description: str, examples: str, func: Callable[[argparse.Namespace], int]
+    ) -> argparse.ArgumentParser:
+        sub = subcommands.add_parser(
+            name,
+            help=summary,
+            description=description,
+            epilog=examples,
+            formatter_class=formatter,
+            parents=[in_command],
+        )
+        sub.set_defaults(func=func)
         return sub
 
-    with_query(commands.add_parser("list", help="print matching records as JSON lines")).set_defaults(func=cmd_list)
-    watch = with_query(commands.add_parser("watch", help="print watch events as JSON lines"))
-    watch.add_argument("--count", type=int, help="stop after this many events")
-    watch.add_argument("--idle-timeout", type=float, help="stop after this many seconds without an event")
-    watch.set_defaults(func=cmd_watch)
-    register = commands.add_parser("register", help="register spec(s) from a JSON file (or - for stdin)")
-    register.add_argument("spec")
+    listing = command(
+        "list", "print the records that match", help_text.LIST, help_text.LIST_EXAMPLES, commands.cmd_list
+    )
+    listing.add_argument(
+        "--kind", type=_kind(allow_all=True), default="all", help=help_text.KIND_HELP + " (default: all)"
+    )
+    _add_filters(listing)
+
+    get = command("get", "print one record, by its store key", help_text.GET, help_text.GET_EXAMPLES, commands.cmd_get)
+    get.add_argument(
+        "key", metavar="KEY", help="store key (v1/instances/ns/component/endpoint/2a), or id path with --kind"
+    )
+    get.add_argument("--kind", type=_kind(allow_all=False), help="the kind of record KEY is an id path of")
+
+    watch = command(
+        "watch", "follow changes as they happen", help_text.WATCH, help_text.WATCH_EXAMPLES, commands.cmd_watch
+    )
+    watch.add_argument(
+        "--kind",
+        type=_kind(allow_all=False),
+        default="endpoints",
+        help="endpoints (default), models, event_channels or event_sources",
+    )
+    _add_filters(watch)
+    watch.add_argument("--live", action="store_true", help="redraw a table of the current records on every change")
+    watch.add_argument("--count", type=_count, help="stop after this many events (--live: this many tables)")
+    watch.add_argument("--idle-timeout", type=_seconds, metavar="SECONDS", help="stop after this long without a change")
+
+    register = command(
+        "register",
+        "register records from a JSON spec file",
+        help_text.REGISTER,
+        help_text.REGISTER_EXAMPLES,
+        commands.cmd_register,
+    )
+    register.add_argument("spec", metavar="SPEC", help="a JSON spec file (see above), or - for stdin")
     register.add_argument("--no-hold", dest="hold", action="store_false", help="remove the records again at once")
-    register.set_defaults(func=cmd_register)
-    commands.add_parser("doctor", help="check the store and say what is wrong").set_defaults(func=cmd_doctor)
-    commands.add_parser("gc", help="remove records whose owners died").set_defaults(func=cmd_gc)
-    commands.add_parser("demo", help="a live demo on the file backend").set_defaults(func=cmd_demo)
-    bench = commands.add_parser("bench", help="measure the file backend and print JSON")
+
+    command(
+        "doctor",
+        "check the store and say what is wrong",
+        help_text.DOCTOR,
+        help_text.DOCTOR_EXAMPLES,
+        commands.cmd_doctor,
+    )
+
+    gc = command("gc", "remove records whose owners died", help_text.GC, help_text.GC_EXAMPLES, commands.cmd_gc)
+    gc.add_argument("--dry-run", action="store_true", help="list what would be removed; remove nothing")
+
+    manifests = command(
+        "manifests",
+        "print the Kubernetes CRD and RBAC manifests",
+        help_text.MANIFESTS,
+        help_text.MANIFESTS_EXAMPLES,
+        commands.cmd_manifests,
+    )
+    manifests.add_argument("--crd", action="store_true", help="only the CustomResourceDefinition")
+    manifests.add_argument("--rbac", action="store_true", help="only the Role and RoleBinding")
+
+    command("demo", "a live demo on a temporary file store", help_text.DEMO, help_text.DEMO_EXAMPLES, commands.cmd_demo)
+
+    bench = command(
+        "bench",
+        "measure the file backend and print JSON",
+        help_text.BENCH,
+        help_text.BENCH_EXAMPLES,
+        commands.cmd_bench,
+    )
     bench.add_argument("--events", type=int, default=1000, help="register->watch deliveries to time")
     bench.add_argument("--records", type=int, default=10000, help="records for the list and rescan timings")
     bench.add_argument("--sizes", default="1000,2000,4000,8000", help="records for the initial-sync timings")
@@ -239,8 +210,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--interop", action="store_true", help="moved: python -m benchmarks.interop (repository checkout)"
     )
     bench.add_argument("--etcd", action="store_true", help="moved: python -m benchmarks.etcd (repository checkout)")
-    bench.set_defaults(func=cmd_bench)
     return parser
+
+
+def _naming_the_store(message: str, url: str | None) -> str:
+    """A store error's message, with the store's URL added unless it names its host or path already."""
+    try:
+        parts = urllib.parse.urlsplit(url or "")
+    except ValueError:
+        return message
+    named = [part for part in (parts.netloc, parts.path) if part and part != "/"]
+    if any(part in message for part in named):
+        return message
+    return f"{message} (store: {store_name(url)})"
 
 
 def _one_line(text: str) -> str:
@@ -273,8 +255,9 @@ def _silence_stdout() -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the parsed command; every exception becomes one line on stderr and an exit code."""
+    func: Callable[[argparse.Namespace], int] = args.func
     try:
-        return args.func(args)
+        return func(args)
     except KeyboardInterrupt:
         if _debug():
             traceback.print_exc(file=sys.stderr)
@@ -288,7 +271,7 @@ def run(args: argparse.Namespace) -> int:
         _report(exc, str(exc))
         return EXIT_USAGE_ERROR
     except ds.DiscoveryError as exc:
-        _report(exc, str(exc))
+        _report(exc, _naming_the_store(str(exc), getattr(args, "url", None)))
         return EXIT_STORE_ERROR
     except Exception as exc:  # a bug: still one line, the traceback only on request
         hint = f"set {DEBUG_ENV}=1 for the traceback" if not _debug() else "the traceback is above"

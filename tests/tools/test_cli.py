@@ -69,9 +69,11 @@ def test_list_prints_json_lines_of_records(url):
     with ds.connect(url) as client:
         endpoint = client.register(ds.EndpointSpec("ns", "backend", "generate", ds.Transport.tcp("127.0.0.1:1")))
         client.register(ds.ModelSpec("ns", "backend", "generate", {"display_name": "m"}))
-        result = cli("list", "--namespace", "ns", url=url)
+        result = cli("list", "--kind", "endpoints", "--namespace", "ns", url=url)
         assert result.returncode == 0, result.stderr
         assert lines(result.stdout) == [endpoint.to_dict()]
+        everything = lines(cli("list", url=url).stdout)  # --kind all: endpoints first, then models
+        assert [record["type"] for record in everything] == ["Endpoint", "Model"]
         models = lines(cli("list", "--kind", "models", url=url).stdout)
         assert [m["card_json"] for m in models] == [{"display_name": "m"}]
 

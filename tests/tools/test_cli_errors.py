@@ -17,7 +17,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from discovery_sync.tools import cli
+from discovery_sync.tools import cli, commands
 
 ENDPOINT = {"type": "Endpoint", "namespace": "ns", "component": "backend", "endpoint": "e", "transport": {"tcp": "x"}}
 
@@ -90,12 +90,16 @@ USAGE_ERRORS: dict[str, tuple[Callable[[Path], list[str]], list[str]]] = {
     "scope not JSON": (lambda tmp: ["list", "--scope", "{bad"], ["--scope is not valid JSON", "example: --scope"]),
     "scope not an object": (lambda tmp: ["list", "--scope", "[1]"], ["--scope must be a JSON object, got list"]),
     "scope without its kind": (lambda tmp: ["list", "--scope", "{}"], ["missing the field 'kind'"]),
-    "unknown kind": (lambda tmp: ["list", "--kind", "foo"], ["unknown query kind 'foo'"]),
+    "unknown kind": (lambda tmp: ["list", "--kind", "foo"], ["invalid kind 'foo': choose all, endpoints"]),
+    "mixed filters": (lambda tmp: ["list", "--namespace", "ns", "--topic", "t"], ["filters of one sort"]),
+    "filter of another kind": (lambda tmp: ["list", "--kind", "models", "--topic", "t"], ["not scope/topic"]),
+    "not a store key": (lambda tmp: ["get", "v2/x"], ["is not a store key", "v1/instances/"]),
+    "bad id path": (lambda tmp: ["get", "--kind", "models", "a/b"], ["must be namespace/component/endpoint/id"]),
     "unknown scheme": (lambda tmp: ["--url", "nosuch://x", "list"], ["scheme must be one of"]),
     "NUL in the URL": (lambda tmp: ["--url", "file:///a%00b", "list"], []),  # ValidationError from connect()
     "bad integer argument": (lambda tmp: ["watch", "--count", "x"], ["--count", "discovery-sync watch --help"]),
     "unknown option": (lambda tmp: ["list", "--frobnicate"], ["unrecognized arguments"]),
-    "no command": (lambda tmp: [], ["required: command", "discovery-sync --help"]),
+    "no command": (lambda tmp: [], ["required: COMMAND", "discovery-sync --help"]),
 }
 
 
@@ -120,7 +124,8 @@ def test_a_spec_on_stdin_that_is_empty_is_a_usage_error(url, capsys, monkeypatch
 
 def test_a_store_that_cannot_be_created_exits_1(tmp_path, capsys):
     not_a_directory = write(tmp_path / "file", b"")
-    code, stderr = run_main(capsys, "--url", f"file://{not_a_directory}", "list")
+    spec = write(tmp_path / "spec.json", orjson.dumps(ENDPOINT))
+    code, stderr = run_main(capsys, "--url", f"file://{not_a_directory}", "register", "--no-hold", spec)
     assert code == cli.EXIT_STORE_ERROR
     assert_one_line(stderr, "discovery-sync: error: cannot create the file store")
 
@@ -144,7 +149,7 @@ def fail_with(monkeypatch: pytest.MonkeyPatch, exc: BaseException) -> None:
     def failing_command(args: object) -> int:
         raise exc
 
-    monkeypatch.setattr(cli, "cmd_list", failing_command)
+    monkeypatch.setattr(commands, "cmd_list", failing_command)
 
 
 def test_a_bug_is_one_line_asking_for_a_report(url, capsys, monkeypatch):
@@ -206,8 +211,13 @@ def test_a_usage_error_as_a_process(url, tmp_path):
 
 def test_a_store_error_as_a_process(tmp_path):
     not_a_directory = write(tmp_path / "file", b"")
+    spec = write(tmp_path / "spec.json", orjson.dumps(ENDPOINT))
     result = subprocess.run(
-        command(f"file://{not_a_directory}", "list"), capture_output=True, text=True, timeout=60, env=environment()
+        command(f"file://{not_a_directory}", "register", "--no-hold", spec),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=environment(),
     )
     assert result.returncode == 1
     assert_one_line(result.stderr, "cannot create the file store")

@@ -1,0 +1,180 @@
+"""The words of ``discovery-sync --help``: each command's description and examples, the spec format."""
+
+from __future__ import annotations
+
+PROG = "discovery-sync"
+
+MAIN = """\
+Look into a discovery store (file, etcd or Kubernetes) and change it by hand.
+
+Read-only commands (list, get, watch, doctor, gc --dry-run) never write: no lease, no
+Kubernetes resource, no store directory is created. Global options (--url, --timeout,
+-o/--output) may come before or after the command.
+
+Output: on a terminal, aligned tables (-o wide adds columns); piped, JSON lines, as
+scripts expect (-o json); -o yaml for YAML. Records are keyed by their store key,
+{bucket}/{id path}, and instance ids are shown in hex, as the keys hold them; JSON output
+keeps the records' wire format (ids as decimal integers there). There is no AGE column:
+no backend keeps when a record was created (a file's mtime is its heartbeat, etcd
+revisions are not times, a Kubernetes resource is per worker, not per record).
+
+No shell completion is shipped (it would need a dependency)."""
+
+MAIN_EXAMPLES = f"""\
+examples:
+  {PROG} list                              every record of the default store
+  {PROG} --url etcd://10.0.0.5:2379 list --kind models
+  {PROG} list -o json | jq .instance_id
+  {PROG} get v1/instances/ns/backend/generate/1f2e3d4c5b6a7988
+  {PROG} watch --namespace ns              one line per change
+  {PROG} doctor                            what is wrong with the store, and what to do
+  {PROG} manifests | kubectl apply -f -    the CRD and RBAC the kube backend needs
+  python -m discovery_sync --version"""
+
+URL_HELP = (
+    "store URL: file:///path, etcd://host:port[,host:port], kube://, memory://name "
+    "(default: from DYN_DISCOVERY_BACKEND, DYN_FILE_KV, ETCD_ENDPOINTS)"
+)
+TIMEOUT_HELP = (
+    "seconds to wait for connecting and for each request to the store (default: %(default)s; "
+    "options given in the URL win)"
+)
+OUTPUT_HELP = "output format: table, wide, json (JSON lines) or yaml (default: table on a terminal, json when piped)"
+
+KIND_HELP = "which records: all, endpoints, models, event_channels or event_sources (singular forms work too)"
+SCOPE_HELP = """event scope as JSON, e.g. '{"kind": "namespace", "name": "ns"}' (event channels and sources)"""
+
+LIST = """\
+Print the records that match: endpoints, model cards, event channels and event sources.
+
+Columns: KIND; WHERE (namespace/component/endpoint for endpoints and models, with a
+model card's suffix in parentheses; scope and topic for event channels and sources); ID
+(the instance id in hex, as in store keys); TRANSPORT. -o wide adds the model name and
+the store key. --namespace/--component/--endpoint select endpoints and models,
+--scope/--topic event channels and sources; with --kind all each kind is shown only if
+the filters given apply to it."""
+
+LIST_EXAMPLES = f"""\
+examples:
+  {PROG} list
+  {PROG} list --kind models --namespace dynamo -o wide
+  {PROG} list --kind event_channels --scope '{{"kind": "namespace", "name": "dynamo"}}'
+  {PROG} list -o json > records.jsonl"""
+
+GET = """\
+Print one record, given its store key ({bucket}/{id path}, as list -o wide shows it) or,
+with --kind, its id path. Exit status 1 when there is no such record."""
+
+GET_EXAMPLES = f"""\
+examples:
+  {PROG} get v1/instances/dynamo/backend/generate/1f2e3d4c
+  {PROG} get v1/mdc/dynamo/backend/generate/1f2e3d4c/my-lora -o json
+  {PROG} get --kind endpoints dynamo/backend/generate/1f2e3d4c"""
+
+WATCH = """\
+Follow changes of one kind of record (default: endpoints). A watch first reports every
+matching record (ADDED), then RESYNC with the whole set, then each change as it happens.
+On a terminal each event is a line: time, event, store key and a summary; piped, each is
+a JSON line (-o json). --live instead redraws a table of the current records on every
+change (piped: one JSON line per change, {"version": N, "instances": [...]}).
+
+One watch follows one kind: run one per kind to follow several."""
+
+WATCH_EXAMPLES = f"""\
+examples:
+  {PROG} watch
+  {PROG} watch --kind models --namespace dynamo
+  {PROG} watch --live --kind endpoints
+  {PROG} watch --count 1 -o json            the initial state, then exit
+  {PROG} watch --idle-timeout 10            stop after 10 s without a change"""
+
+REGISTER = """\
+Register the record(s) described by a JSON spec file (- for stdin) and hold them until
+Ctrl-C (or remove them at once with --no-hold). The file holds one spec, or a list of them.
+
+A spec is a record without its instance id (this client fills in its own), tagged by
+"type". One of each kind:
+
+  {"type": "Endpoint", "namespace": "dynamo", "component": "backend",
+   "endpoint": "generate", "transport": {"tcp": "10.0.0.7:9000/generate"},
+   "request_plane_codec": "msgpack"}
+      transport: {"tcp": "host:port/..."}, {"http": "URL"} or {"nats_tcp": "subject"};
+      optional: device_type (any JSON), request_plane_codec (json or msgpack)
+
+  {"type": "Model", "namespace": "dynamo", "component": "backend",
+   "endpoint": "generate", "card_json": {"display_name": "Qwen/Qwen3-0.6B"},
+   "model_suffix": "my-lora"}
+      card_json: the model deployment card (needs display_name); model_suffix: optional,
+      for LoRA or other suffixed cards
+
+  {"type": "EventChannel", "scope": {"kind": "namespace", "name": "dynamo"},
+   "topic": "kv-events", "transport": {"kind": "Zmq", "config":
+   {"endpoint": "tcp://10.0.0.7:5557"}}}
+      transport kinds: Nats {"subject_prefix"}, Zmq {"endpoint"},
+      ZmqBroker {"xsub_endpoints": [...], "xpub_endpoints": [...]}
+
+  {"type": "EventSource", "scope": {"kind": "component", "namespace": "dynamo",
+   "component": "backend"}, "topic": "kv-events", "publisher_id": 42,
+   "metadata": {"zone": "a"}}
+      publisher_id: the publisher's own id (an integer); metadata: optional JSON object
+
+Scopes: {"kind": "namespace", "name": NS}, {"kind": "component", "namespace": NS,
+"component": C} or {"kind": "endpoint", "endpoint": {"namespace": NS, "component": C,
+"name": E}}."""
+
+REGISTER_EXAMPLES = f"""\
+examples:
+  {PROG} register spec.json                 hold until Ctrl-C
+  echo '{{"type": "Endpoint", "namespace": "ns", "component": "c", "endpoint": "e",
+        "transport": {{"tcp": "127.0.0.1:9000"}}}}' | {PROG} register -
+  {PROG} register --no-hold specs.json      check that they register, then remove them"""
+
+DOCTOR = """\
+Check the store and say what is wrong and what to do: one line per check, "ok" or
+"PROBLEM". -o json prints the full report as one JSON document. Exit status 1 when there
+are problems. Read-only: it writes nothing."""
+
+DOCTOR_EXAMPLES = f"""\
+examples:
+  {PROG} doctor
+  {PROG} --url etcd://10.0.0.5:2379 doctor --timeout 2
+  {PROG} doctor -o json | jq .problems"""
+
+GC = """\
+Remove the records whose owners died (file store: the owner stopped its heartbeat for a
+TTL plus the mount's cache window, so this waits that long; a progress line shows it on a
+terminal). Stores with leases (etcd, Kubernetes) remove such records themselves.
+--dry-run only lists what would be removed, and writes nothing. Exit status 1 when dead
+records were left behind."""
+
+GC_EXAMPLES = f"""\
+examples:
+  {PROG} gc --dry-run
+  {PROG} --url file:///srv/discovery gc
+  {PROG} gc -o json"""
+
+MANIFESTS = """\
+Print the Kubernetes manifests the kube:// backend needs: the DynamoWorkerMetadata
+CustomResourceDefinition (--crd) and the RBAC role and binding of its workers (--rbac);
+both by default, as YAML documents separated by ---. Apply the CRD once per cluster and
+the RBAC in each namespace the workers run in (kubectl apply -n NAMESPACE; its RoleBinding
+names the service account "default": edit it if the worker pods run as another)."""
+
+MANIFESTS_EXAMPLES = f"""\
+examples:
+  {PROG} manifests --crd | kubectl apply -f -
+  {PROG} manifests --rbac > rbac.yaml"""
+
+DEMO = "Run a short live demo on a temporary file store: one client registers, another watches."
+DEMO_EXAMPLES = f"""\
+examples:
+  {PROG} demo"""
+
+BENCH = """\
+Measure the file backend and print the numbers as one JSON object. The benchmarks that
+need the test suite's rigs run from a repository checkout (python -m benchmarks.etcd,
+python -m benchmarks.interop)."""
+BENCH_EXAMPLES = f"""\
+examples:
+  {PROG} bench --events 200 --records 1000
+  {PROG} bench --dir /mnt/nfs/bench"""

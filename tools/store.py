@@ -1,0 +1,141 @@
+"""How the CLI reaches a store: connect options from ``--timeout``, read-only clients, queries and store keys."""
+
+from __future__ import annotations
+
+import argparse
+import urllib.parse
+from typing import Any
+
+import orjson
+
+import discovery_sync as ds
+
+from .progress import waiting
+
+DEFAULT_TIMEOUT = 5.0  # seconds, like etcdctl's --command-timeout
+SCOPE_EXAMPLE = """--scope '{"kind": "namespace", "name": "ns"}'"""
+
+# query kind names (Query.from_dict's) -> RecordKind, with the singular and dashed forms people type
+KINDS = {
+    "endpoints": ds.RecordKind.ENDPOINT,
+    "models": ds.RecordKind.MODEL,
+    "event_channels": ds.RecordKind.EVENT_CHANNEL,
+    "event_sources": ds.RecordKind.EVENT_SOURCE,
+}
+_ALIASES = {
+    "endpoint": "endpoints",
+    "model": "models",
+    "mdc": "models",
+    "event_channel": "event_channels",
+    "event_source": "event_sources",
+}
+ENDPOINT_FILTERS = ("namespace", "component", "endpoint")
+EVENT_FILTERS = ("scope", "topic")
+
+
+def timeout_options(url: str | None, seconds: float) -> dict[str, object]:
+    """The connect options that bound connecting and each request by ``seconds``, for the backend
+    of ``url`` (None: the environment's, :func:`discovery_sync.default_url`). The file and memory
+    backends get none: nothing of theirs waits on a network."""
+    scheme = urllib.parse.urlsplit(url if url is not None else ds.default_url()).scheme
+    if scheme == "etcd":
+        names: tuple[str, ...] = ("startup_timeout", "request_timeout")
+    elif scheme in ("kube", "kubernetes"):
+        names = ("request_timeout", "ready_timeout", "sync_timeout", "write_timeout")
+    else:
+        names = ()
+    return dict.fromkeys(names, seconds)
+
+
+def store_name(url: str | None) -> str:
+    """The store as an error message names it."""
+    return url if url is not None else f"{ds.default_url()} (from the environment)"
+
+
+def open_store(args: argparse.Namespace, *, read_only: bool) -> ds.Discovery:
+    """A client of ``--url`` whose waits are bounded by ``--timeout`` (options written in the URL
+    win); ``read_only``: one that never writes (no lease, no resource, no store directory)."""
+    url: str | None = args.url
+    try:
+        given = {name for name, _ in urllib.parse.parse_qsl(urllib.parse.urlsplit(url or "").query)}
+    except ValueError:  # connect() says what is wrong with the URL
+        given = set()
+    options: dict[str, Any] = {
+        name: value for name, value in timeout_options(url, args.timeout).items() if name not in given
+    }
+    if read_only:
+        options["read_only"] = True
+    with waiting(f"connecting to {store_name(url)}"):
+        return ds.connect(url, **options)
+
+
+# -- kinds and queries -------------------------------------------------------------------------------
+def kind_name(text: str, *, allow_all: bool) -> str:
+    """``--kind``: a query kind name (``endpoints``, ...), or ``all`` when allowed; argparse's error otherwise."""
+    name = text.strip().lower().replace("-", "_")
+    name = _ALIASES.get(name, name)
+    if name in KINDS or (allow_all and name == "all"):
+        return name
+    choices = (["all"] if allow_all else []) + list(KINDS)
+    raise argparse.ArgumentTypeError(f"invalid kind {text!r}: choose {', '.join(choices)}")
+
+
+def parse_scope(text: str) -> dict[str, Any]:
+    """The ``--scope`` argument as a JSON object; anything else is a ValidationError with an example."""
+    try:
+        scope = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise ds.ValidationError(f"--scope is not valid JSON: {exc}; example: {SCOPE_EXAMPLE}") from None
+    if not isinstance(scope, dict):
+        raise ds.ValidationError(f"--scope must be a JSON object, got {type(scope).__name__}; example: {SCOPE_EXAMPLE}")
+    return scope
+
+
+def _filters(args: argparse.Namespace, names: tuple[str, ...]) -> dict[str, Any]:
+    return {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
+
+
+def query(args: argparse.Namespace, kind: str) -> ds.Query:
+    """The query of one kind that ``--namespace``/``--component``/``--endpoint``/``--scope``/``--topic`` make."""
+    data: dict[str, Any] = {"kind": kind, **_filters(args, ENDPOINT_FILTERS + EVENT_FILTERS)}
+    if "scope" in data:
+        data["scope"] = parse_scope(data["scope"])
+    return ds.Query.from_dict(data)
+
+
+def queries(args: argparse.Namespace) -> list[ds.Query]:
+    """The queries of ``--kind`` (``all``: each kind the filters given apply to)."""
+    if args.kind != "all":
+        return [query(args, args.kind)]
+    by_endpoint, by_event = _filters(args, ENDPOINT_FILTERS), _filters(args, EVENT_FILTERS)
+    if by_endpoint and by_event:
+        raise ds.ValidationError(
+            "--namespace/--component/--endpoint select endpoints and models, --scope/--topic event channels "
+            "and sources: give filters of one sort, or choose a --kind"
+        )
+    if by_endpoint:
+        kinds = ["endpoints", "models"]
+    elif by_event:
+        kinds = ["event_channels", "event_sources"]
+    else:
+        kinds = list(KINDS)
+    return [query(args, kind) for kind in kinds]
+
+
+# -- store keys ----------------------------------------------------------------------------------------
+def parse_key(text: str, kind: str | None = None) -> ds.DiscoveryInstanceId:
+    """A record's identity from its store key (``v1/instances/ns/comp/ep/2a``) or, given its
+    ``kind``, from its id path (``ns/comp/ep/2a``); ValidationError saying what a key looks like."""
+    key = text.strip().strip("/")
+    if kind is not None:
+        bucket = KINDS[kind].bucket
+        path = key[len(bucket) + 1 :] if key.startswith(bucket + "/") else key
+        return ds.id_from_path(KINDS[kind], path)
+    for record_kind in ds.RecordKind:
+        if key.startswith(record_kind.bucket + "/"):
+            return ds.id_from_path(record_kind, key[len(record_kind.bucket) + 1 :])
+    buckets = ", ".join(f"{k.bucket}/" for k in ds.RecordKind)
+    raise ds.ValidationError(
+        f"{text!r} is not a store key: a key starts with one of {buckets} "
+        "(or give --kind and the id path, e.g. --kind endpoints ns/component/endpoint/2a)"
+    )
