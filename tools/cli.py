@@ -7,6 +7,7 @@ The commands are in :mod:`.commands`, their words in :mod:`.help_text`, output f
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import platform
 import sys
@@ -86,7 +87,32 @@ def _global_options(*, in_command: bool) -> _Parser:
     group.add_argument(
         "-o", "--output", choices=FORMATS, default=default(None), metavar="FORMAT", help=help_text.OUTPUT_HELP
     )
+    group.add_argument(
+        "-v", "--verbose", action="count", default=default(0), help="show the library's warnings (-vv: also info)"
+    )
     return options
+
+
+class _LogLine(logging.Formatter):
+    """``discovery-sync: warning: message`` (the traceback of a logged exception only with -vvv)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = f"{PROG}: {record.levelname.lower()}: {record.getMessage()}"
+        if record.exc_info and logging.getLogger("discovery_sync").level <= logging.DEBUG:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+def _configure_logging(verbosity: int) -> None:
+    """The library's log on stderr, one line per record: errors always, warnings with -v, info with -vv
+    (retries while connecting, skipped junk files: the final error line says what matters)."""
+    level = {0: logging.ERROR, 1: logging.WARNING, 2: logging.INFO}.get(verbosity, logging.DEBUG)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_LogLine())
+    logger = logging.getLogger("discovery_sync")
+    logger.handlers[:] = [handler]
+    logger.setLevel(level)
+    logger.propagate = False
 
 
 def _kind(*, allow_all: bool) -> Callable[[str], str]:
@@ -256,6 +282,7 @@ def _silence_stdout() -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the parsed command; every exception becomes one line on stderr and an exit code."""
     func: Callable[[argparse.Namespace], int] = args.func
+    _configure_logging(getattr(args, "verbose", 0) or 0)
     try:
         return func(args)
     except KeyboardInterrupt:

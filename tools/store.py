@@ -131,9 +131,8 @@ def parse_key(text: str, kind: str | None = None) -> ds.DiscoveryInstanceId:
         bucket = KINDS[kind].bucket
         path = key[len(bucket) + 1 :] if key.startswith(bucket + "/") else key
         return ds.id_from_path(KINDS[kind], path)
-    for record_kind in ds.RecordKind:
-        if key.startswith(record_kind.bucket + "/"):
-            return ds.id_from_path(record_kind, key[len(record_kind.bucket) + 1 :])
+    if any(key.startswith(record_kind.bucket + "/") for record_kind in ds.RecordKind):
+        return ds.id_from_key(key)
     buckets = ", ".join(f"{k.bucket}/" for k in ds.RecordKind)
     raise ds.ValidationError(
         f"{text!r} is not a store key: a key starts with one of {buckets} "
