@@ -3,11 +3,17 @@
 Threads of a client, all named and daemonic, all stopped by ``shutdown()``:
 
 * ``discovery-sync-file-heartbeat``: touches this client's files so readers see them alive,
-  and writes back any that were swept while the client stalled (:mod:`.liveness`);
+  and writes back any that were swept while the client stalled (:mod:`.liveness`); not started
+  by a read-only client, which owns nothing;
 * ``discovery-sync-file-rescan``: rescans every bucket, reconciles watches (missed changes,
   then ``Resync``), warns about files it skips, deletes dead records and writes back this
-  client's records when another writer replaced them;
+  client's records when another writer replaced them (a read-only client deletes and writes
+  nothing: it reports dead records Removed and leaves them, and follows buckets that appear);
 * the watchdog observer (started with the first watch): re-reads files as they change.
+
+A read-only client (``read_only=True``) never changes the store: it creates no directory, writes,
+touches, locks or deletes no file. A store (or a bucket) that does not exist is empty to it, and
+its watches see the buckets writers create later.
 
 The store is shared with whoever can write to it, so nothing in it is trusted: directories are
 never followed through symlinks (:mod:`.directory`), only records are deleted (:mod:`.sweep`),
@@ -37,7 +43,7 @@ from discovery_sync.periodic import PeriodicThread
 from discovery_sync.queries import Query
 from discovery_sync.watch import WatchFeed
 
-from .directory import StoreDirectory, SymlinkRefused, listing
+from .directory import DirectoryClosed, StoreDirectory, SymlinkRefused, listing
 from .doctor import diagnose_store
 from .layout import LOCK_DIRNAME, StoreLayout
 from .liveness import Heartbeat
@@ -75,7 +81,8 @@ MAX_NOTICE_GRACE = 3.0
 class FileDiscovery(Discovery):
     """Discovery on a directory tree laid out like the reference runtime's FileStore.
 
-    :param root: the store directory (created if missing, mode 0755; see docs/decisions.md).
+    :param root: the store directory (created if missing, mode 0755, unless ``read_only``; see
+        docs/decisions.md).
     :param ttl: seconds a record survives without a heartbeat (as judged by each reader).
     :param observer: ``inotify`` (one host) or ``polling`` (network filesystems); default: polling
         on a network filesystem (nfs, cifs, fuse.sshfs, …, from /proc/self/mountinfo), else inotify.
@@ -94,6 +101,14 @@ class FileDiscovery(Discovery):
     :param permissions: ``warn`` (default) logs, and ``refuse`` raises BackendUnavailable, when
         another local user can change the store (a directory owned by another user, or group- or
         world-writable without the sticky bit).
+    :param instance_id: this client's instance id (default: a random u64).
+    :param read_only: never change the store (see the module docstring): every write raises
+        ValidationError; no directory is created (a missing store or bucket lists as empty, and
+        watches pick it up once a writer creates it), no lock taken, no file written, touched or
+        deleted. Dead records are left out of lists and reported Removed to watches but stay on
+        disk; ``collect_garbage(dry_run=True)`` reports them. On a network mount with caches,
+        ``list()`` of a read-only client sees other hosts' writes up to ``cache_window`` late
+        (a writer refreshes the mount's listing by writing a temp file first).
     """
 
     backend_name = "file"
@@ -113,15 +128,16 @@ class FileDiscovery(Discovery):
         max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
         permissions: str = "warn",
         instance_id: int | None = None,
+        read_only: bool = False,
     ) -> None:
-        super().__init__()
         given = {
             "ttl": ttl, "observer": observer, "lock": lock, "rescan_interval": rescan_interval,
             "poll_interval": poll_interval, "lock_timeout": lock_timeout, "lock_stale": lock_stale,
             "cache_window": cache_window, "max_record_bytes": max_record_bytes, "permissions": permissions,
-            "instance_id": instance_id,
+            "instance_id": instance_id, "read_only": read_only,
         }  # fmt: skip
         option = OPTIONS.parse(given)  # the same checks whether the values came from a URL or not
+        super().__init__(read_only=option["read_only"])
         self.layout = StoreLayout(store_path(root))
         self.ttl = option["ttl"]
         self.max_record_bytes = option["max_record_bytes"]
@@ -153,6 +169,7 @@ class FileDiscovery(Discovery):
                 self._feeds.publish,
                 settle=self.cache_window,
                 max_record_bytes=max_record_bytes,
+                missing_is_empty=self.read_only,
             )
             for kind in RecordKind
         }
@@ -161,6 +178,8 @@ class FileDiscovery(Discovery):
         self._stopping = threading.Event()
         self._removed_lock = threading.Lock()
         self._removed_by_rescan: list[str] = []  # reported by the next collect_garbage()
+        self._dry_runs = 0  # collect_garbage(dry_run=True) calls under way: rescans delete nothing meanwhile
+        self._notified: frozenset[RecordKind] = frozenset()  # the buckets the notifier watches
         self._scan_errors = dict.fromkeys(RecordKind, 0)
         self._last_scan_error: dict[RecordKind | None, str | None] = {}
         # the inode of each record this client wrote (or adopted): a different one means another
@@ -192,20 +211,28 @@ class FileDiscovery(Discovery):
             on_error=liveness.error,
             on_crash=self._thread_crashed,
         )
-        self._heartbeat.start()
+        if not self.read_only:  # it owns nothing to keep alive
+            self._heartbeat.start()
         self._rescanner.start()
 
     def _open_directories(self, permissions: str) -> None:
-        directories = [*self._buckets.values(), self._lock_dir]
+        """Open (a writer: create) the store's directories, and judge who else can change them.
+        A read-only client opens the buckets that exist; the others are opened once they appear."""
+        directories = [*self._buckets.values()] if self.read_only else [*self._buckets.values(), self._lock_dir]
         try:
             for directory in directories:
-                directory.open(create=True)
+                try:
+                    directory.open(create=not self.read_only)
+                except FileNotFoundError:
+                    if not self.read_only:
+                        raise
         except SymlinkRefused:
             self._close_directories()
             raise
         except OSError as exc:
             self._close_directories()
-            raise BackendUnavailable(f"cannot create the file store at {self.layout.root}: {exc}") from exc
+            doing = "read" if self.read_only else "create"
+            raise BackendUnavailable(f"cannot {doing} the file store at {self.layout.root}: {exc}") from exc
         problems = unsafe(self.layout.root, self.layout.relatives())
         if problems and permissions == "refuse":
             self._close_directories()
@@ -237,12 +264,21 @@ class FileDiscovery(Discovery):
     def _read_stored(self, instance_id: DiscoveryInstanceId) -> tuple[DiscoveryInstance | None, str | None]:
         """The stored record with this id, or None and why it cannot be served (None: absent)."""
         name = self.layout.file_name(instance_id)
+        directory = self._buckets[instance_id.kind]
         try:
-            with self._buckets[instance_id.kind].use() as dir_fd:
+            if self.read_only and not directory.is_open:
+                directory.revalidate()  # a bucket that did not exist at the last look may exist now
+            with directory.use() as dir_fd:
                 raw = read_file(dir_fd, name, self.max_record_bytes)
                 if raw is None:
                     return None, (None if stat_entry(dir_fd, name) is None else "not a regular file")
+        except DirectoryClosed:  # a read-only client's bucket that went away meanwhile
+            if not self.read_only:
+                raise
+            return None, None
         except (OSError, RecordTooLarge) as exc:
+            if self.read_only and isinstance(exc, FileNotFoundError):
+                return None, None  # no such bucket (yet, or any longer): nothing is stored under the id
             return None, unread_reason(exc)
         try:
             return record_from(raw, instance_id.kind, name), None
@@ -313,7 +349,8 @@ class FileDiscovery(Discovery):
         view = self._views[query.kind]
         prefix = self.layout.name_prefix(query)
         try:
-            if self.cache_window:  # make this host's listing current: see other hosts' writes now
+            # make this host's listing current: see other hosts' writes now (by writing: not read-only)
+            if self.cache_window and not self.read_only:
                 with contextlib.suppress(OSError), view.directory.use() as dir_fd:  # read-only: caches decide
                     refresh_listing(dir_fd)
             view.refresh(prefix, quick=self._locks.mode == "hard")
@@ -346,25 +383,31 @@ class FileDiscovery(Discovery):
     def status(self) -> dict[str, Any]:
         """This client's store, records and the health of its threads. ``connected`` is False
         while the last heartbeat or rescan failed (each retries every interval)."""
-        heartbeat, rescan = self._heartbeat.health(), self._rescanner.health()
+        heartbeat = None if self.read_only else self._heartbeat.health()  # a read-only client has none
+        rescan = self._rescanner.health()
         return {
             "root": str(self.layout.root),
             "instance_id": self.instance_id,
+            "read_only": self.read_only,
             "records": len(self._owned),
             "observer": self._notifier.kind,
             "observer_alive": self._notifier.is_alive() if self._notifier.started else None,
             "lock": self._locks.mode,
             "heartbeat": heartbeat,
             "rescan": rescan,
-            "connected": not heartbeat["failures"] and not rescan["failures"],
+            "connected": not (heartbeat and heartbeat["failures"]) and not rescan["failures"],
         }
 
     def _probe(self) -> None:
+        """Every bucket can be listed (for a read-only client: every bucket that exists)."""
         for directory in self._buckets.values():
             try:
                 directory.revalidate()
                 with directory.use() as dir_fd, listing(dir_fd):
                     pass
+            except FileNotFoundError as exc:
+                if not self.read_only:
+                    raise BackendUnavailable(f"cannot read the file store directory {directory.path}: {exc}") from exc
             except OSError as exc:
                 raise BackendUnavailable(f"cannot read the file store directory {directory.path}: {exc}") from exc
 
@@ -377,6 +420,7 @@ class FileDiscovery(Discovery):
             self.cache_window,
             self._poll_interval,
             self.max_record_bytes,
+            read_only=self.read_only,
         )
         report["problems"].extend(details.pop("problems"))
         report.update(details)
@@ -386,9 +430,22 @@ class FileDiscovery(Discovery):
         clock), then remove the records nobody touched meanwhile; return their store keys.
         Leftover temp and hidden files as still as that are removed too (and logged). Dead records
         the store does not let this user delete (a read-only mount, another user's file in a
-        sticky directory) stay, listed in the result's ``not_removed`` with the reason."""
+        sticky directory) stay, listed in the result's ``not_removed`` with the reason.
+
+        A dry run removes nothing, and neither do this client's rescans while it runs: their
+        dead records are only reported Removed to watches (as a read-only client's always are)."""
         with self._removed_lock:
             self._removed_by_rescan.clear()
+            if dry_run:
+                self._dry_runs += 1
+        try:
+            return self._judge_garbage(dry_run, progress)
+        finally:
+            if dry_run:
+                with self._removed_lock:
+                    self._dry_runs -= 1
+
+    def _judge_garbage(self, dry_run: bool, progress: Callable[[float, float], None] | None) -> CollectedGarbage:
         for view in self._views.values():
             self._refresh_quietly(view)
         self._wait_reporting(self.dead_after + self.rescan_interval, progress)
@@ -435,11 +492,55 @@ class FileDiscovery(Discovery):
         with self._start_lock:
             if self._notifier.started:
                 return
-            callbacks = {self.layout.buckets[kind]: view.refresh_name for kind, view in self._views.items()}
+            self._start_notifier(self._present_buckets() if self.read_only else frozenset(RecordKind))
+
+    def _start_notifier(self, kinds: frozenset[RecordKind]) -> None:
+        """Start the notifier on the buckets of ``kinds`` (with ``_start_lock`` held)."""
+        callbacks = {self.layout.buckets[kind]: self._views[kind].refresh_name for kind in kinds}
+        try:
+            self._notifier.start(callbacks, self._notification_error)
+        except OSError as exc:
+            raise BackendUnavailable(f"cannot watch the file store at {self.layout.root}: {exc}") from exc
+        self._notified = kinds
+
+    def _present_buckets(self) -> frozenset[RecordKind]:
+        """Read-only clients: the buckets that exist now (opened; a missing one is closed). A
+        bucket that cannot be judged now (unreadable, a symlink) keeps its place: the scan of it
+        reports the problem."""
+        present = set(self._notified)
+        for kind, directory in self._buckets.items():
             try:
-                self._notifier.start(callbacks, self._notification_error)
-            except OSError as exc:
-                raise BackendUnavailable(f"cannot watch the file store at {self.layout.root}: {exc}") from exc
+                directory.revalidate()
+            except FileNotFoundError:
+                directory.close()
+                present.discard(kind)
+            except (OSError, DiscoveryError):
+                continue
+            else:
+                present.add(kind)
+        return frozenset(present)
+
+    def _follow_buckets(self) -> None:
+        """Read-only clients, every rescan: watch the buckets that exist now. When buckets
+        appeared or went away the notifier restarts on the new set and every bucket is rescanned
+        at once, publishing what it finds as ordinary events (Added, Removed): records written
+        before the watch on a new bucket began reach the watches right away, no Resync."""
+        with self._start_lock:
+            if not self._notifier.started:
+                return  # nothing watches: list() and get() look for themselves
+            present = self._present_buckets()
+            if present == self._notified:
+                return
+            log.info(
+                "the read-only client of %s now watches %s",
+                self.layout.root,
+                ", ".join(sorted(kind.bucket for kind in present)) or "no bucket (none exists)",
+            )
+            self._notifier.stop()
+            self._start_notifier(present)
+            for view in self._views.values():  # changes made while no notifier ran, as events
+                with contextlib.suppress(OSError, DiscoveryError):  # the scan that follows reports it
+                    view.refresh()
 
     def _notification_error(self, exc: BaseException) -> None:
         log.warning("error while handling a file notification (the next rescan repairs it): %s", exc)
@@ -470,6 +571,8 @@ class FileDiscovery(Discovery):
         """Rescan every bucket now: publish missed changes (then Resync), delete dead records,
         write back this client's records that another writer replaced. A bucket that cannot be
         read fails the watches of its kind only; the other buckets are scanned all the same."""
+        if self.read_only:  # first: the emitter of a bucket that went away has stopped
+            self._follow_buckets()
         if self._notifier.started and not self._notifier.is_alive():
             log.warning("the file-store observer stopped; restarting it and resynchronising")
             self._notifier.stop()
@@ -495,6 +598,9 @@ class FileDiscovery(Discovery):
         )
         self._feeds.publish_missed(kind, missed)
         view.warn_pending()
+        if self.read_only or self._dry_runs:  # deletes nothing: watches hear of dead records all the same
+            self._sweeper.expire(view, self._owned_names(kind))
+            return
         removed = self._sweeper.sweep(view, self._owned_names(kind))
         if removed:
             with self._removed_lock:

@@ -38,6 +38,11 @@ class SymlinkRefused(BackendUnavailable):
     """A directory below the store root is a symlink (or not a directory at all)."""
 
 
+class DirectoryClosed(BackendUnavailable):
+    """A store directory that is not open (closed, or never opened: a read-only client's
+    bucket that does not exist) was used."""
+
+
 def shared_child_mode(parent: os.stat_result) -> int | None:
     """The mode a new directory gets below ``parent``: the parent's own permission bits when it
     is a deliberately shared directory (group- or world-writable with the sticky bit, as an
@@ -147,6 +152,11 @@ class StoreDirectory:
         self._lock = threading.Lock()
         self._handle: _Handle | None = None
 
+    @property
+    def is_open(self) -> bool:
+        """Whether the directory is open (it may have been removed since: see :meth:`revalidate`)."""
+        return self._handle is not None
+
     def open(self, *, create: bool) -> None:
         """Open (and with ``create`` make) the directory; SymlinkRefused, or OSError."""
         handle = _Handle(open_below(self.root, self.relative, create=create))
@@ -158,7 +168,7 @@ class StoreDirectory:
         with self._lock:
             handle = self._handle
             if handle is None:
-                raise BackendUnavailable(f"the store directory {self.path} is not open")
+                raise DirectoryClosed(f"the store directory {self.path} is not open")
             handle.users += 1
         try:
             yield handle.fd

@@ -59,18 +59,33 @@ def diagnose_store(
     window: float = 0.0,
     poll: float = 0.0,
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+    *,
+    read_only: bool = False,
 ) -> dict[str, Any]:
     """Count records per bucket and list what needs attention. Reads the store the way clients
     do (no symlink followed below the root, no file opened that is not regular, nothing over
-    ``max_record_bytes`` read), so no file in it can crash or block the report."""
+    ``max_record_bytes`` read), so no file in it can crash or block the report.
+
+    For a ``read_only`` client, which never creates the store, missing directories are no
+    problem (a bucket nobody has written to yet) unless no bucket exists at all: then the
+    store does not exist at that path yet, which is one problem. Whether this user may write
+    to the store does not concern it either."""
     problems: list[str] = []
     buckets: dict[str, Any] = {}
-    for relative in layout.relatives():
+    missing: list[str] = []
+    relatives = [kind.bucket for kind in layout.buckets] if read_only else layout.relatives()
+    for relative in relatives:
         kind = next((k for k in layout.buckets if k.bucket == relative), None)
         try:
             fd = open_below(layout.root, relative)
         except SymlinkRefused as exc:
             problems.append(str(exc))
+            continue
+        except FileNotFoundError as exc:
+            if read_only:
+                missing.append(relative)
+            else:
+                problems.append(f"cannot open {layout.root / relative}: {exc.strerror}")
             continue
         except OSError as exc:
             problems.append(f"cannot open {layout.root / relative}: {exc.strerror}")
@@ -80,13 +95,15 @@ def diagnose_store(
                 buckets[kind.bucket] = _diagnose_bucket(
                     kind, fd, layout.root / relative, ttl, max_record_bytes, problems
                 )
-            if not os.access(".", os.W_OK, dir_fd=fd):
+            if not read_only and not os.access(".", os.W_OK, dir_fd=fd):
                 problems.append(
                     f"this user cannot write to {layout.root / relative} (a read-only mount, or its permissions): "
                     "lists and watches work, registrations fail"
                 )
         finally:
             os.close(fd)
+    if missing and len(missing) == len(relatives):
+        problems.append(missing_store(layout.root))
     problems += unsafe(layout.root, layout.relatives())
     mount = mount_of(layout.root)
     if mount["network"] and observer != "polling":
@@ -111,6 +128,16 @@ def diagnose_store(
         "buckets": buckets,
         "problems": problems,
     }
+
+
+def missing_store(root: Path) -> str:
+    """The problem of a read-only client whose store has no bucket (or no root) yet."""
+    where = "does not exist" if not os.path.exists(root) else "exists but holds no bucket (v1/...)"
+    return (
+        f"the file store {root} {where} yet: nothing was ever registered there. Check the path (the URL's "
+        "path, or DYN_FILE_KV when the URL names none) against the writers'; a writer creates the store when "
+        "it connects, and this read-only client sees it appear"
+    )
 
 
 def _diagnose_bucket(

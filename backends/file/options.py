@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from discovery_sync.options import (
     OptionSet,
+    boolean,
     choice,
     duration,
     from_environment,
@@ -43,6 +44,7 @@ OPTIONS = OptionSet(
         "cache_window": optional(duration(0.0)),
         "max_record_bytes": integer(1024, 2**30, "bytes"),
         "instance_id": optional(uint64),
+        "read_only": boolean,
     },
 )
 

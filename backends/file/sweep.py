@@ -13,6 +13,10 @@ reached. Linux has no "unlink this inode": an entry renamed over the name betwee
 and the unlink (microseconds) would be removed in its place; only a record name is ever at risk.
 A deletion the store refuses (read-only mount, another user's file in a sticky directory) is
 logged once per file and reported by ``collect_garbage()``; it is not a scan error.
+
+A client that deletes nothing — a read-only one, or any client during a dry run of
+``collect_garbage()`` — only *expires* dead records (:meth:`Sweeper.expire`): watches hear
+Removed, the files stay.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import stat
 
 from discovery_sync.discovery import CollectedGarbage
 
+from .directory import DirectoryClosed
 from .names import id_of_name, printable
 from .view import BucketView, Entry
 from .wire import remove_record, stat_regular
@@ -50,6 +55,27 @@ class Sweeper:
             for name, entry in dead:
                 self._sweep_one(view, dir_fd, name, entry, result, retry, dry_run)
         return result
+
+    def expire(self, view: BucketView, owned: frozenset[str]) -> None:
+        """What a client that deletes nothing (read-only, or in a dry run) does with dead records:
+        each one still unchanged is reported Removed to the watches (:meth:`BucketView.expire`) and
+        left in place; leftovers are left alone."""
+        dead = [
+            (name, entry)
+            for name, entry in view.dead(owned)
+            if not entry.expired and not name.startswith(".") and id_of_name(view.kind, name) is not None
+        ]
+        if not dead:
+            return
+        try:
+            with view.directory.use() as dir_fd:
+                for name, entry in dead:
+                    if _still_unchanged(dir_fd, name, entry):
+                        view.expire(name)
+                    else:
+                        view.refresh_name(name)
+        except DirectoryClosed:  # a read-only client's bucket went away: its next scan empties the view
+            return
 
     def _sweep_one(
         self,

@@ -40,7 +40,7 @@ from discovery_sync.identity import RecordKind
 from discovery_sync.model import DiscoveryInstance
 from discovery_sync.reconcile import Change, apply
 
-from .directory import StoreDirectory, listing
+from .directory import DirectoryClosed, StoreDirectory, listing
 from .names import describe_entry, may_be_record, printable, record_from
 from .wire import DEFAULT_MAX_RECORD_BYTES, RecordTooLarge, read_regular, stat_entry, stat_regular, unread_reason
 
@@ -101,11 +101,14 @@ class BucketView:
         settle: float = 0.0,
         max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
         clock: Callable[[], float] = time.monotonic,
+        missing_is_empty: bool = False,
     ) -> None:
         """``dead_after``: seconds an unchanged mtime stays alive; ``settle``: seconds a read may
         disagree with the store (the mount's cache window); files over ``max_record_bytes`` are
-        never read."""
+        never read. ``missing_is_empty`` (read-only clients, which never create the store): a
+        directory that does not exist (yet, or any longer) is an empty bucket, not an error."""
         self.kind = kind
+        self.missing_is_empty = missing_is_empty
         self.directory = directory
         self.dead_after = dead_after
         self.settle = settle
@@ -135,12 +138,21 @@ class BucketView:
         ``quick`` skips the ``stat`` of files whose inode is the cached one: atomic writers give
         new content a new inode, so only liveness (mtimes, judged by full scans) goes unread.
 
-        Raises OSError (or SymlinkRefused) only when the directory itself cannot be read.
+        Raises OSError (or SymlinkRefused) only when the directory itself cannot be read; with
+        ``missing_is_empty`` a missing directory is closed and every record of it published
+        removed instead.
         """
         full = not name_prefix and not quick
-        self.directory.revalidate()
-        with self.directory.use() as dir_fd:
-            scan = _scan(dir_fd, name_prefix, self._entries, quick, full)
+        with contextlib.ExitStack() as using:
+            try:
+                self.directory.revalidate()
+                dir_fd = using.enter_context(self.directory.use())
+                scan = _scan(dir_fd, name_prefix, self._entries, quick, full)
+            except (FileNotFoundError, DirectoryClosed):
+                if not self.missing_is_empty:
+                    raise
+                self._vanished(publish)
+                return
             with self.lock:
                 if full:
                     self._track_leftovers(scan.leftovers)
@@ -161,6 +173,20 @@ class BucketView:
                 finally:
                     self._publish = saved
 
+    def _vanished(self, publish: Publish | None) -> None:
+        """The directory does not exist (``missing_is_empty``): close it; every record of it is gone."""
+        self.directory.close()
+        with self.lock:
+            saved = self._publish
+            self._publish = publish or saved
+            try:
+                for name in list(self._entries):
+                    self._drop(name)
+            finally:
+                self._publish = saved
+            self._leftovers.clear()
+            self._foreign.clear()
+
     def refresh_name(self, name: str) -> None:
         """Re-read one file (after a change notification) and publish what changed.
 
@@ -170,6 +196,8 @@ class BucketView:
         """
         if name.startswith(".") or not may_be_record(name):
             return
+        if self.missing_is_empty and not self.directory.is_open:
+            return  # the directory went away meanwhile: the next scan empties the view
         # read under the lock: a read applied after a scan that saw the file gone would bring it back
         with self.directory.use() as dir_fd, self.lock:
             try:
