@@ -118,6 +118,10 @@ def test_watch_with_an_idle_timeout_ends_by_itself(url):
 
 
 def test_doctor_reports_a_healthy_store_and_then_a_corrupt_record(url, tmp_path):
+    missing = cli("doctor", url=url)  # read-only: it creates nothing, and says the store is not there
+    assert missing.returncode == 1 and "does not exist yet" in missing.stderr
+    assert not (tmp_path / "store").exists()
+    ds.connect(url).shutdown()  # a writer creates the store
     healthy = cli("doctor", url=url)
     assert healthy.returncode == 0, healthy.stderr
     report = orjson.loads(healthy.stdout)
