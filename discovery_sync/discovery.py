@@ -330,8 +330,9 @@ class Discovery(abc.ABC):
         """A JSON-ready health report of the store; ``problems`` lists what is wrong (empty: healthy)."""
         self._check_open()
         report: dict[str, Any] = {"backend": self.backend_name, "read_only": self.read_only, "problems": []}
-        if not self.read_only:  # a read-only client's id names nothing in the store
-            report["instance_id"] = f"{self.instance_id:x}"
+        instance_id = self._reported_instance_id()
+        if instance_id is not None:
+            report["instance_id"] = instance_id
         try:
             self._probe()
         except DiscoveryError as exc:
@@ -367,6 +368,11 @@ class Discovery(abc.ABC):
     def _diagnose(self, report: dict[str, Any]) -> None:
         """Add backend details and problems to ``report`` (nothing by default)."""
         return None
+
+    def _reported_instance_id(self) -> str | None:
+        """The instance id as ``diagnose()`` shows it, in hex; None for a read-only client, whose
+        id names nothing in the store. (A backend that would have to create it to read it says so.)"""
+        return None if self.read_only else f"{self.instance_id:x}"
 
     # -- lifecycle --------------------------------------------------------------------------------
     def shutdown(self) -> None:

@@ -148,25 +148,11 @@ class EtcdDiscovery(Discovery):
             return {"lease": state, "lease_id": None, "ttl": self.ttl}
         return {"lease": "granted", **lease.status()}
 
-    def diagnose(self) -> dict[str, Any]:
-        """The base report plus ``lease`` (see :meth:`status`); before the lease is granted its
-        ``instance_id`` is "no lease yet" (diagnosing grants none)."""
-        if self.read_only or self._lease is not None:
-            return super().diagnose()
-        self._check_open()
-        report: dict[str, Any] = {
-            "backend": self.backend_name,
-            "read_only": False,
-            "instance_id": "no lease yet",
-            "problems": [],
-        }
-        try:
-            self._probe()
-        except DiscoveryError as exc:
-            report["problems"].append(str(exc))
-            return report
-        self._diagnose(report)
-        return report
+    def _reported_instance_id(self) -> str | None:
+        # diagnosing grants no lease: before the first need, there is no id to show
+        if not self.read_only and self._lease is None:
+            return "no lease yet"
+        return super()._reported_instance_id()
 
     def _diagnose(self, report: dict[str, Any]) -> None:
         report["lease"] = self.status()

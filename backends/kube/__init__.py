@@ -33,7 +33,6 @@ from .identity import (
     PodIdentity,
     find_identity,
     instance_id_for,
-    resolve_identity,
     resolve_mode,
     resolve_namespace,
 )
@@ -47,7 +46,6 @@ __all__ = [
     "find_identity",
     "from_url",
     "instance_id_for",
-    "resolve_identity",
     "resolve_namespace",
 ]
 

@@ -296,12 +296,14 @@ class KubeDiscovery(Discovery):
         if self.daemon.state is State.FAILED:
             raise BackendUnavailable(f"Kubernetes discovery failed: {self.daemon.reason}")
 
+    def _reported_instance_id(self) -> str | None:
+        # without a pod identity the id is a random one that names no worker
+        return None if self.identity is None else super()._reported_instance_id()
+
     def _diagnose(self, report: dict[str, Any]) -> None:
         details = self.status()
         del details["instance_id"]  # the report's own (hex; none for a client whose id names nothing)
         report.update(details)
-        if self.identity is None:
-            report.pop("instance_id", None)
         if self.daemon.state is not State.READY:
             report["problems"].append(f"the discovery view is {self.daemon.state.value}: {self.daemon.reason}")
 

@@ -228,33 +228,6 @@ def find_identity(
     )
 
 
-def resolve_identity(
-    *,
-    pod_name: str | None = None,
-    pod_uid: str | None = None,
-    namespace: str | None = None,
-    mode: str | None = None,
-    container_name: str | None = None,
-    podinfo_dir: str | os.PathLike[str] = DEFAULT_PODINFO_DIR,
-    env: Mapping[str, str] | None = None,
-    context_namespace: str | None = None,
-) -> PodIdentity:
-    """:func:`find_identity`, which must find one: ValidationError naming what is missing."""
-    identity = find_identity(
-        pod_name=pod_name,
-        pod_uid=pod_uid,
-        namespace=namespace,
-        mode=mode,
-        container_name=container_name,
-        podinfo_dir=podinfo_dir,
-        env=env,
-        context_namespace=context_namespace,
-    )
-    if identity is None:
-        raise ValidationError(f"POD_NAME is not set: {missing_identity_message('register', podinfo_dir)}")
-    return identity
-
-
 def missing_identity_message(action: str, podinfo_dir: str | os.PathLike[str] = DEFAULT_PODINFO_DIR) -> str:
     """Why a client without a pod identity cannot ``action``, and how to give it one."""
     return (

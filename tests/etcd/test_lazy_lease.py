@@ -265,7 +265,12 @@ def test_a_tls_endpoint_that_speaks_plain_http_is_a_tls_error(etcd_server):
     with pytest.raises(ds.BackendUnavailable) as raised:
         EtcdDiscovery([f"https://127.0.0.1:{etcd_server.client_port}"], startup_timeout=0)
     message = str(raised.value)
-    one_line_naming(message, f"https://127.0.0.1:{etcd_server.client_port}: TLS error: ")
+    endpoint = f"https://127.0.0.1:{etcd_server.client_port}"
+    one_line_naming(message, endpoint)
+    # mostly a TLS error; on a loaded machine the server may close the socket before the handshake
+    # reads its answer (1 run in about 30): then a reset, in words all the same
+    causes = ("TLS error: ", "connection reset by the server", "connection closed by the server")
+    assert any(f"{endpoint}: {cause}" in message for cause in causes), message
 
 
 @pytest.mark.parametrize("value", [0, -1, "abc", "0", "0.05", "nan", "inf", True])

@@ -10,14 +10,21 @@ from discovery_sync.backends.kube.identity import (
     PodIdentity,
     check_publisher_id,
     cr_name_for,
+    find_identity,
     instance_id_for,
-    resolve_identity,
 )
 from discovery_sync.backends.kube.siphash import rust_str_hash, siphash
 
 import discovery_sync as ds
 
 ENV = {"POD_NAME": "worker-0", "POD_UID": "uid-0"}
+
+
+def resolve_identity(**sources: object) -> PodIdentity:
+    """The identity these sources give, which must be a whole one."""
+    identity = find_identity(**sources)  # type: ignore[arg-type]
+    assert identity is not None
+    return identity
 
 
 def podinfo(tmp_path: Path, **files: str) -> Path:
