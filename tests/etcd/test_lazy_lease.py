@@ -268,7 +268,7 @@ def test_a_tls_endpoint_that_speaks_plain_http_is_a_tls_error(etcd_server):
     endpoint = f"https://127.0.0.1:{etcd_server.client_port}"
     one_line_naming(message, endpoint)
     # mostly a TLS error; on a loaded machine the server may close the socket before the handshake
-    # reads its answer (1 run in about 30): then a reset, in words all the same
+    # reads its answer (seen once, under load): then a reset, in words all the same
     causes = ("TLS error: ", "connection reset by the server", "connection closed by the server")
     assert any(f"{endpoint}: {cause}" in message for cause in causes), message
 
