@@ -9,10 +9,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_the_library_and_its_backends_pass_mypy_strict():
-    # backends/ is installed as discovery_sync.backends; mypy checks it as the package it finds on disk
+def test_the_library_its_backends_and_its_cli_pass_mypy_strict():
+    # backends/ and tools/ are installed as discovery_sync.backends and .tools; mypy checks them as
+    # the packages it finds on disk
     result = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "discovery_sync", "backends"],
+        [sys.executable, "-m", "mypy", "--strict", "discovery_sync", "backends", "tools"],
         cwd=REPO,
         capture_output=True,
         text=True,

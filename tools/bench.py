@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ def delivery_latencies(
         [*command, *(["churn"] if churn else [])], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
     latencies: dict[str, float] = {}
+    assert writer.stdin is not None and writer.stdout is not None  # both are pipes
     try:
         assert writer.stdout.readline().strip() == "ready"
         with ds.connect(watcher_url) as watcher, watcher.list_and_watch(ds.Query.endpoints("bench", "writer")) as watch:
@@ -52,9 +54,11 @@ def delivery_latencies(
             while len(latencies) < events:
                 event = watch.get(timeout=event_timeout)
                 now = time.monotonic_ns()
-                if isinstance(event, ds.Added) and event.instance.endpoint not in latencies:
-                    stamp = int(event.instance.transport.value.rsplit("/", 1)[1])
-                    latencies[event.instance.endpoint] = (now - stamp) / 1e6
+                if isinstance(event, ds.Added) and isinstance(event.instance, ds.Endpoint):
+                    endpoint = event.instance
+                    if endpoint.endpoint not in latencies:
+                        stamp = int(endpoint.transport.value.rsplit("/", 1)[1])
+                        latencies[endpoint.endpoint] = (now - stamp) / 1e6
         writer.stdin.write("done\n")
         writer.stdin.flush()
         writer.wait(60)
@@ -86,8 +90,9 @@ def bench_store(url: str, records: int) -> dict[str, Any]:
             assert len(reader.list(query)) == records
             warm = median_timed(partial(reader.list, query))
         with ds.connect(url) as scanner:
-            cold_rescan = timed(scanner.rescan)
-            warm_rescan = median_timed(scanner.rescan)
+            rescan: Callable[[], None] = scanner.rescan  # type: ignore[attr-defined]  # a FileDiscovery's
+            cold_rescan = timed(rescan)
+            warm_rescan = median_timed(rescan)
         return {
             "records": records,
             "register_per_second": round(rate),

@@ -198,7 +198,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
     bar = ProgressBar("waiting for the heartbeats of dead owners to lapse")
     with open_store(args, read_only=args.dry_run) as client, bar:
         garbage = client.collect_garbage(dry_run=args.dry_run, progress=bar)
-    not_removed: Mapping[str, str] = getattr(garbage, "not_removed", {})
+    not_removed = garbage.not_removed
     if printer.tabular:
         rows = [[action, key] for key in garbage] + [["not removed", k, r] for k, r in not_removed.items()]
         if rows:
