@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import os
 import re
 import subprocess
 import sys
@@ -167,6 +168,47 @@ def test_a_backend_whose_extra_is_missing_says_which_extra_to_install(tmp_path):
     assert "pip install 'discovery-sync[etcd]'" in etcd
     assert "pip install 'discovery-sync[kube]'" in kube
     assert file == "1 file record"
+
+
+# the core dependencies' wheels, downloaded by .ci/setup, so that this test installs offline
+WHEELHOUSE = Path(sys.prefix) / "wheelhouse"
+
+
+def test_the_wheel_alone_runs_the_file_demo_outside_the_checkout(wheel, tmp_path):
+    assert WHEELHOUSE.is_dir(), f"{WHEELHOUSE} is missing: run bash .ci/setup (it downloads the core dependencies)"
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", venv], check=True, timeout=120)
+    install = subprocess.run(
+        [venv / "bin" / "pip", "install", "--quiet", "--no-index", "--find-links", WHEELHOUSE, wheel],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert install.returncode == 0, install.stdout + install.stderr
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    environment = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "TMPDIR": str(tmp_path)}
+    demo = subprocess.run(
+        [venv / "bin" / "discovery-sync", "demo"],
+        cwd=elsewhere,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert demo.returncode == 0, demo.stdout + demo.stderr
+    extras = subprocess.run(
+        [
+            venv / "bin" / "python",
+            "-c",
+            "import importlib.util as u; print(u.find_spec('requests'), u.find_spec('kubernetes'))",
+        ],
+        cwd=elsewhere,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert extras.stdout.split() == ["None", "None"], "no extra was installed"
 
 
 # ----- the sdist, its metadata and the README ----------------------------------------------------
