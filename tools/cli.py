@@ -7,13 +7,14 @@ The commands are in :mod:`.commands`, their words in :mod:`.help_text`, output f
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import platform
 import sys
 import traceback
 import urllib.parse
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import NoReturn
 
 import discovery_sync as ds
@@ -103,16 +104,26 @@ class _LogLine(logging.Formatter):
         return line
 
 
-def _configure_logging(verbosity: int) -> None:
-    """The library's log on stderr, one line per record: errors always, warnings with -v, info with -vv
-    (retries while connecting, skipped junk files: the final error line says what matters)."""
+@contextlib.contextmanager
+def _library_log_on_stderr(verbosity: int) -> Iterator[None]:
+    """While a command runs, the library's log goes to stderr, one line per record: errors always,
+    warnings with -v, info with -vv (retries while connecting, skipped junk files: the final error
+    line says what matters). The logger is restored afterwards: a program (or a test) that calls
+    ``main()`` keeps its own logging."""
     level = {0: logging.ERROR, 1: logging.WARNING, 2: logging.INFO}.get(verbosity, logging.DEBUG)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_LogLine())
     logger = logging.getLogger("discovery_sync")
+    saved = (logger.handlers[:], logger.level, logger.propagate)
     logger.handlers[:] = [handler]
     logger.setLevel(level)
     logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.handlers[:] = saved[0]
+        logger.setLevel(saved[1])  # setLevel, not an assignment: it clears the loggers' level cache
+        logger.propagate = saved[2]
 
 
 def _kind(*, allow_all: bool) -> Callable[[str], str]:
@@ -282,9 +293,9 @@ def _silence_stdout() -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the parsed command; every exception becomes one line on stderr and an exit code."""
     func: Callable[[argparse.Namespace], int] = args.func
-    _configure_logging(getattr(args, "verbose", 0) or 0)
     try:
-        return func(args)
+        with _library_log_on_stderr(getattr(args, "verbose", 0) or 0):
+            return func(args)
     except KeyboardInterrupt:
         if _debug():
             traceback.print_exc(file=sys.stderr)

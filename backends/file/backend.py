@@ -217,10 +217,10 @@ class FileDiscovery(Discovery):
 
     def _open_directories(self, permissions: str) -> None:
         """Open (a writer: create) the store's directories, and judge who else can change them.
-        A read-only client opens the buckets that exist; the others are opened once they appear."""
-        directories = [*self._buckets.values()] if self.read_only else [*self._buckets.values(), self._lock_dir]
+        A read-only client opens those that exist (a symlinked one is refused all the same: the
+        writers would refuse the store); the buckets that do not are opened once they appear."""
         try:
-            for directory in directories:
+            for directory in [*self._buckets.values(), self._lock_dir]:
                 try:
                     directory.open(create=not self.read_only)
                 except FileNotFoundError:

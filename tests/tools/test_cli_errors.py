@@ -8,6 +8,7 @@ error (any other DiscoveryError) or a bug, 130 for Ctrl-C. Most cases run in-pro
 from __future__ import annotations
 
 import io
+import logging
 import os
 import signal
 import subprocess
@@ -248,3 +249,13 @@ def test_ctrl_c_ends_a_watch_with_130_and_no_traceback(url):
             watch.wait()
     assert watch.returncode == 130, stderr
     assert_one_line(stderr, "interrupted")
+
+
+def test_the_library_log_shows_errors_during_a_command_and_the_callers_logging_is_left_as_it_was(tmp_path, capsys):
+    logger = logging.getLogger("discovery_sync")
+    before = (logger.handlers[:], logger.level, logger.propagate, logger.isEnabledFor(logging.WARNING))
+    assert cli.main(["--url", "etcd://127.0.0.1:1", "--timeout", "0.2", "-v", "list"]) == 1
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[-1].startswith("discovery-sync: error: cannot reach etcd at http://127.0.0.1:1")
+    assert all(line.startswith("discovery-sync: ") for line in lines)
+    assert (logger.handlers, logger.level, logger.propagate, logger.isEnabledFor(logging.WARNING)) == before
