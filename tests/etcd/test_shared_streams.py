@@ -44,13 +44,16 @@ class RecordingProxy(TcpProxy):
         self._flowing.set()
 
     def _pump(self, source: socket.socket, sink: socket.socket) -> None:
-        if source.getsockname()[1] != self.port:  # upstream -> client: the replies
+        try:
+            replies = source.getsockname()[1] != self.port  # upstream -> client
+            first = b"" if replies else source.recv(64, socket.MSG_PEEK)
+        except OSError:  # cut meanwhile
+            _close(source)
+            _close(sink)
+            return
+        if replies:
             self._pump_replies(source, sink)
             return
-        try:
-            first = source.recv(64, socket.MSG_PEEK)
-        except OSError:
-            first = b""
         if not first.startswith(b"POST /v3/watch "):
             super()._pump(source, sink)
             return
