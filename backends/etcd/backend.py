@@ -11,7 +11,7 @@ from typing import Any
 
 from discovery_sync.discovery import Discovery
 from discovery_sync.errors import BackendUnavailable, DiscoveryError
-from discovery_sync.identity import DiscoveryInstanceId
+from discovery_sync.identity import DiscoveryInstanceId, RecordKind
 from discovery_sync.model import DiscoveryInstance, Model, instance_to_json
 from discovery_sync.queries import Query
 from discovery_sync.watch import WatchFeed
@@ -19,7 +19,7 @@ from discovery_sync.watch import WatchFeed
 from .layout import KeyLayout
 from .liveness import LeaseKeeper
 from .options import OPTIONS
-from .watcher import FeedWatcher
+from .watcher import BucketStream, StreamEnded
 from .wire import REQUEST_TIMEOUT, EtcdGateway, parse_value
 
 log = logging.getLogger("discovery_sync.backends.etcd")
@@ -89,7 +89,9 @@ class EtcdDiscovery(Discovery):
         self.ttl = ttl
         self.watch_read_timeout = watch_read_timeout
         self._create_revisions: dict[DiscoveryInstanceId, int] = {}
-        self._watchers: set[FeedWatcher] = set()  # the open watches: a closed one is removed at once
+        # the watch streams in use, at most one live per bucket (and streams that died, until their
+        # failed watches are closed); one is removed, and stopped, when its last watch closes
+        self._watchers: set[BucketStream] = set()
         self._watchers_lock = threading.Lock()
         self._lease: LeaseKeeper | None = None  # granted on first need (never for a read-only client)
         self._lease_lock = threading.Lock()  # held while granting: racing threads get one lease
@@ -194,21 +196,49 @@ class EtcdDiscovery(Discovery):
         return ours is None or theirs is None or theirs < ours
 
     def _open_feed(self, feed: WatchFeed) -> None:
-        """Start a watcher for ``feed``; closing the feed stops it and forgets it (nothing stays behind)."""
-        watcher = FeedWatcher(self.gateway, self.keys, feed, read_timeout=self.watch_read_timeout)
-        watcher.start()
+        """Add ``feed`` to its bucket's stream (started by the bucket's first watch); closing the
+        feed removes it, and the last watch of a stream stops it (nothing stays behind)."""
+        while True:
+            stream = self._acquire(feed.query.kind)
+            try:
+                stream.add(feed)
+            except StreamEnded:
+                self._release(stream)
+                continue  # its thread died: the next try gets a new stream
+            except BaseException:
+                self._release(stream)
+                raise
+            break
+        feed.add_close_callback(partial(self._detach, stream, feed))
         with self._watchers_lock:
-            closed = self._closed  # _close() takes its snapshot of the watchers under this lock
-            if not closed:
-                self._watchers.add(watcher)
+            closed = self._closed  # _close() may have closed the stream's watches before this one joined
         if closed:
             feed._close()
             self._check_open()
-        feed.add_close_callback(partial(self._forget, watcher))
 
-    def _forget(self, watcher: FeedWatcher) -> None:
+    def _acquire(self, kind: RecordKind) -> BucketStream:
+        """The live stream of ``kind``'s bucket (a new one if there is none), counted as used once more."""
         with self._watchers_lock:
-            self._watchers.discard(watcher)
+            self._check_open()  # _close() takes its snapshot of the streams under this lock
+            stream = next((s for s in self._watchers if s.kind is kind and s.failure is None), None)
+            if stream is None:
+                stream = BucketStream(self.gateway, self.keys, kind, read_timeout=self.watch_read_timeout)
+                self._watchers.add(stream)
+            stream.users += 1
+        return stream
+
+    def _release(self, stream: BucketStream) -> None:
+        """One use of ``stream`` less; the last stops it."""
+        with self._watchers_lock:
+            stream.users -= 1
+            if stream.users:
+                return
+            self._watchers.discard(stream)
+        stream.stop()
+
+    def _detach(self, stream: BucketStream, feed: WatchFeed) -> None:
+        stream.remove(feed)
+        self._release(stream)
 
     def _probe(self) -> None:
         self.gateway.range(*self.keys.everything(), limit=1)
@@ -226,9 +256,11 @@ class EtcdDiscovery(Discovery):
         if lease is not None:
             lease.stop()
         with self._watchers_lock:
-            watchers, self._watchers = self._watchers, set()
-        for watcher in watchers:
-            watcher.feed._close()
+            streams = list(self._watchers)
+        for stream in streams:
+            for feed in stream.feeds():
+                feed._close()  # the last one stops the stream
+            stream.stop()  # also a stream whose first watch is still starting: it will not start
         if lease is not None:
             try:
                 self.gateway.lease_revoke(lease.lease_id)

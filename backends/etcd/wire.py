@@ -221,10 +221,13 @@ def parse_watch_result(result: dict[str, Any]) -> WatchResult:
 
 def _watch_result(value: Any) -> WatchResult:
     result = _object(value, '"result"')
+    canceled = _bool_field(result, "canceled")
+    # etcd cancels a watch whose start revision is compacted with a header without a revision
+    revision = _int_field(_object_field(result, "header"), "revision", required=not canceled)
     return WatchResult(
-        _revision(result),
+        revision,
         _bool_field(result, "created"),
-        _bool_field(result, "canceled"),
+        canceled,
         _str_field(result, "cancel_reason"),
         _int_field(result, "compact_revision"),
         tuple(_watch_event(event) for event in _list_field(result, "events")),

@@ -406,7 +406,7 @@ def test_an_unexpected_exception_in_a_watch_thread_fails_the_watch(direct_url, m
     def broken(self, event) -> None:
         raise RuntimeError("injected")
 
-    monkeypatch.setattr(watcher_module.FeedWatcher, "_apply", broken)
+    monkeypatch.setattr(watcher_module.BucketStream, "_apply", broken)
     with ds.connect(direct_url) as client, client.list_and_watch(ds.Query.endpoints()) as watch:
         initial_state(watch)
         client.register(endpoint_spec())
