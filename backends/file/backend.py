@@ -596,6 +596,13 @@ class FileDiscovery(Discovery):
             publish=lambda event, instance: missed.append((event, instance)),
             gate=lambda name, content: _confirm(name, content, previous, current, scanned_at, self._notice_grace),
         )
+        if missed:
+            log.info(
+                "rescan of %s found %d change(s) no notification delivered in time (then a Resync): %s",
+                kind.bucket,
+                len(missed),
+                ", ".join(f"{type(event).__name__} {_about(event, instance)}" for event, instance in missed),
+            )
         self._feeds.publish_missed(kind, missed)
         view.warn_pending()
         if self.read_only or self._dry_runs:  # deletes nothing: watches hear of dead records all the same
@@ -707,3 +714,11 @@ def notice_grace(observer: str, poll_interval: float) -> float:
     if observer == "polling":
         return min(max(3 * poll_interval, NOTICE_GRACE), MAX_NOTICE_GRACE)
     return NOTICE_GRACE
+
+
+def _about(event: DiscoveryEvent, instance: DiscoveryInstance | None) -> str:
+    """The identity path an event is about, for log lines."""
+    if instance is not None:
+        return instance.id().to_path()
+    event_id = getattr(event, "id", None)
+    return event_id.to_path() if event_id is not None else "?"

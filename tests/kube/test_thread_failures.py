@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from discovery_sync.backends.kube.view import KubeDaemon
+from discovery_sync.backends.kube.view import KubeDaemon, State
 from discovery_sync.backends.kube.wire import KubeApi
 
 import discovery_sync as ds
@@ -25,6 +25,10 @@ def test_a_crashed_watch_thread_fails_the_client_with_its_cause(
     monkeypatch.setattr(KubeApi, "watch", broken_watch)  # streams start after the first list
     client = pod_client("worker-0")
     assert thread_log.wait_for("thread discovery-sync-kube-watch-")
+    # the daemon may turn ready (both lists done) before it handles the crash: wait for the failure
+    daemon = client.daemon
+    with daemon._changed:
+        assert daemon._changed.wait_for(lambda: daemon.state is State.FAILED, WAIT)
     with pytest.raises(ds.BackendUnavailable, match="injected watch fault"):
         client.list_and_watch(ds.Query.endpoints())
     assert client.status()["state"] == "Failed"

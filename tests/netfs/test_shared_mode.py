@@ -48,6 +48,7 @@ def test_a_network_mount_gets_polling_and_soft_locks_and_says_why(stores, caplog
 
 def test_doctor_reports_the_mounts_caches_and_what_they_mean_for_liveness(stores):
     a, b = stores
+    ds.connect(f"file://{a}?ttl=10").shutdown()  # a writer lays out the store (doctor reads only)
     reports = {}
     for host, path in (("a", a), ("b", b)):
         result = subprocess.run(
