@@ -20,14 +20,7 @@ from typing import TYPE_CHECKING, Any, overload
 from .endpoint_leases import EndpointLease, EndpointLeases
 from .errors import ClientClosed, ConflictError, DiscoveryError, NotFoundError, ValidationError
 from .events import DiscoveryEvent
-from .identity import (
-    DiscoveryInstanceId,
-    EndpointInstanceId,
-    EventChannelInstanceId,
-    EventSourceInstanceId,
-    ModelCardInstanceId,
-    RecordKind,
-)
+from .identity import DiscoveryInstanceId, ModelCardInstanceId, RecordKind
 from .model import DiscoveryInstance, Endpoint, EventChannel, EventSource, Model, stored_form
 from .model_cards import check_replay, conflict_error, find_conflict, find_conflicts
 from .queries import Query
@@ -43,7 +36,6 @@ log = logging.getLogger(__name__)
 
 _SPEC_TYPES = (EndpointSpec, ModelSpec, EventChannelSpec, EventSourceSpec)
 _INSTANCE_TYPES = (Endpoint, Model, EventChannel, EventSource)
-_ID_TYPES = (EndpointInstanceId, ModelCardInstanceId, EventChannelInstanceId, EventSourceInstanceId)
 
 
 class CollectedGarbage(list[str]):
@@ -270,7 +262,7 @@ class Discovery(abc.ABC):
     def get(self, instance_id: DiscoveryInstanceId) -> DiscoveryInstance | None:
         """The record stored under ``instance_id`` now (see :func:`~discovery_sync.id_from_key`
         for store keys), or None when there is none."""
-        if not isinstance(instance_id, _ID_TYPES):
+        if not isinstance(instance_id, DiscoveryInstanceId):
             raise ValidationError(
                 f"get() takes an instance id (e.g. EndpointInstanceId), got {type(instance_id).__name__}"
             )
