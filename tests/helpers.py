@@ -71,6 +71,16 @@ def fold(state: dict, event: ds.DiscoveryEvent) -> dict:
     return state
 
 
+def fold_until_resynced(watch: ds.Watch, state: dict, expected: dict, timeout: float = 30) -> dict:
+    """Fold ``watch``'s events into ``state`` until a Resync has come and the state is ``expected``."""
+    resynced = False
+    while not (resynced and state == expected):
+        event = next_event(watch, timeout=timeout)
+        resynced |= isinstance(event, ds.Resync)
+        state = fold(state, event)
+    return state
+
+
 def ids(instances) -> set:
     return {i.id() for i in instances}
 

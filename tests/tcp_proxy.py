@@ -74,12 +74,16 @@ class TcpProxy:
     def _pump(self, source: socket.socket, sink: socket.socket) -> None:
         try:
             while data := source.recv(65536):
+                self._before_forwarding(source)
                 sink.sendall(data)
         except OSError:
             pass
         finally:
             _close(source)
             _close(sink)
+
+    def _before_forwarding(self, source: socket.socket) -> None:
+        """Called with each chunk read from ``source`` before it is forwarded (a hook: nothing here)."""
 
 
 def _close(sock: socket.socket) -> None:

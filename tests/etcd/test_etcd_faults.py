@@ -11,7 +11,7 @@ import time
 import pytest
 
 import discovery_sync as ds
-from tests.helpers import endpoint_spec, fold, initial_state, next_event, race_conflicting_models
+from tests.helpers import endpoint_spec, fold, fold_until_resynced, initial_state, next_event, race_conflicting_models
 from tests.peer import Peer
 from tests.tcp_proxy import TcpProxy
 
@@ -117,11 +117,7 @@ def test_compaction_past_a_watchers_revision_resyncs_without_losing_a_record(etc
             etcd_server.compact()
             proxy.restore()
             expected = {e.id(): e for e in later}
-            resynced = False
-            while not (resynced and state == expected):
-                event = next_event(watch, timeout=30)
-                resynced |= isinstance(event, ds.Resync)
-                state = fold(state, event)
+            fold_until_resynced(watch, state, expected)
     finally:
         writer.shutdown()
         watcher.shutdown()

@@ -16,7 +16,7 @@ import pytest
 from discovery_sync.backends.etcd import watcher as watcher_module
 
 import discovery_sync as ds
-from tests.helpers import caught_logs, endpoint_spec, fold, initial_state, model_spec, next_event
+from tests.helpers import caught_logs, endpoint_spec, fold, fold_until_resynced, initial_state, model_spec, next_event
 from tests.tcp_proxy import TcpProxy, _close
 
 WAIT = 10.0
@@ -51,10 +51,7 @@ class RecordingProxy(TcpProxy):
             _close(source)
             _close(sink)
             return
-        if replies:
-            self._pump_replies(source, sink)
-            return
-        if not first.startswith(b"POST /v3/watch "):
+        if replies or not first.startswith(b"POST /v3/watch "):
             super()._pump(source, sink)
             return
         with self._count_lock:
@@ -66,17 +63,9 @@ class RecordingProxy(TcpProxy):
             with self._count_lock:
                 self.watch_streams -= 1
 
-    def _pump_replies(self, source: socket.socket, sink: socket.socket) -> None:
-        try:
-            while data := source.recv(65536):
-                if source in self._frozen:
-                    self._flowing.wait()
-                sink.sendall(data)
-        except OSError:
-            pass
-        finally:
-            _close(source)
-            _close(sink)
+    def _before_forwarding(self, source: socket.socket) -> None:
+        if source in self._frozen:  # replies of a frozen connection wait for thaw()
+            self._flowing.wait()
 
     def close(self) -> None:
         self.thaw()
@@ -280,11 +269,7 @@ def test_an_outage_with_compaction_resyncs_every_watch_of_the_bucket(etcd_server
             proxy.restore()
             for query, watch, state in zip(queries[:3], watches[:3], states[:3], strict=True):
                 expected = {e.id(): e for e in later if query.matches(e)}
-                resynced = False
-                while not (resynced and state == expected):
-                    event = next_event(watch, timeout=30)
-                    resynced |= isinstance(event, ds.Resync)
-                    state = fold(state, event)
+                fold_until_resynced(watch, state, expected)
         finally:
             for watch in watches:
                 watch.close()
