@@ -12,14 +12,7 @@ import orjson
 import pytest
 
 import discovery_sync as ds
-
-SPEC = {
-    "type": "Endpoint",
-    "namespace": "ns",
-    "component": "backend",
-    "endpoint": "generate",
-    "transport": {"tcp": "x"},
-}
+from tests.tools import SPEC
 
 
 def cli(*args: str, url: str | None = None, **kwargs) -> subprocess.CompletedProcess:

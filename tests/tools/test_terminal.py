@@ -13,15 +13,8 @@ import orjson
 import pytest
 
 import discovery_sync as ds
+from tests.tools import SPEC
 from tests.tools.terminal import Terminal, command, environment, run_in_terminal
-
-SPEC = {
-    "type": "Endpoint",
-    "namespace": "ns",
-    "component": "backend",
-    "endpoint": "generate",
-    "transport": {"tcp": "x"},
-}
 
 
 @pytest.fixture
