@@ -52,6 +52,9 @@ Content = bytes  # a digest of a file's bytes
 Gate = Callable[[str, "Content | None"], bool]
 #: foreign names warned about by name in one scan; the rest are counted in one line
 MAX_NAMED_WARNINGS = 10
+#: how much older than a scan the directory's mtime must be for any later change to give it
+#: another mtime (timestamps of local filesystems tick by a jiffy, a second, two on FAT)
+SETTLED_NS = 2_000_000_000
 #: ordered results of distinct queries kept for reuse by ``listed()`` (the oldest goes first)
 MAX_CACHED_LISTS = 16
 
@@ -72,6 +75,7 @@ class Entry:
     problem: str | None = None  # why the content is not served
     warned: bool = False  # reset with every new content
     expired: bool = False  # judged dead but still there (it could not be deleted): Removed was published
+    ctime_ns: int = 0  # a file written again on a freed inode, size and mtime set back, has another ctime
 
     @property
     def version(self) -> tuple[int, int, int]:
@@ -141,6 +145,8 @@ class BucketView:
         # entry added, dropped, given another value or expired state, or a dead one alive again)
         self._changes = 0
         self._listed: dict[tuple[str, frozenset[str], Query], _Listed] = {}
+        # name prefix -> the directory's (inode, mtime, ctime) at the last scan of it, when settled
+        self._unchanged: dict[str, tuple[int, int, int] | None] = {}
 
     # -- reading the directory --------------------------------------------------------------------
     def refresh(
@@ -157,19 +163,28 @@ class BucketView:
         (content None for a vanished file) may hold a content change back: it is then left for a
         later scan or notification. Heartbeat-only changes always apply.
 
-        ``quick`` skips the ``stat`` of files whose inode is the cached one: atomic writers give
-        new content a new inode, so only liveness (mtimes, judged by full scans) goes unread.
+        ``quick`` skips the ``stat`` of files whose inode is the cached one, as long as the
+        directory itself did not change since the last scan of this prefix: atomic writers give
+        new content a new inode and change the directory (a rename or link), so only liveness
+        (mtimes, judged by full scans) goes unread. Once the directory changed every file is
+        stat-ed: a record deleted and written again may get the freed inode back (ext4 reuses
+        it at once). The directory's mtime tells only while it is older than the scan that saw
+        it by more than the filesystem's timestamp granularity (``SETTLED_NS``).
 
         Raises OSError (or SymlinkRefused) only when the directory itself cannot be read; with
         ``missing_is_empty`` a missing directory is closed and every record of it published
         removed instead.
         """
         full = not name_prefix and not quick
+        began = time.time_ns()  # the same clock as the directory's mtime: both are this host's
         with contextlib.ExitStack() as using:
             try:
                 self.directory.revalidate()
                 dir_fd = using.enter_context(self.directory.use())
-                scan = _scan(dir_fd, name_prefix, self._entries, quick, full)
+                dir_st = os.fstat(dir_fd)
+                state = (dir_st.st_ino, dir_st.st_mtime_ns, dir_st.st_ctime_ns)
+                trusted = quick and self._unchanged.get(name_prefix) == state
+                scan = _scan(dir_fd, name_prefix, self._entries, trusted, full)
             except (FileNotFoundError, DirectoryClosed):
                 if not self.missing_is_empty:
                     raise
@@ -198,6 +213,10 @@ class BucketView:
                         # is missing from it, yet there
                         if _gone(dir_fd, name) and (gate is None or gate(name, None)):
                             self._drop(name)
+                    if len(self._unchanged) >= MAX_CACHED_LISTS:
+                        self._unchanged.clear()
+                    # a later change gives the directory another mtime only if this one is settled
+                    self._unchanged[name_prefix] = state if began - dir_st.st_mtime_ns > SETTLED_NS else None
                 finally:
                     self._publish = saved
 
@@ -247,7 +266,8 @@ class BucketView:
         if (
             st is not None
             and entry is not None
-            and (entry.ino, entry.size, entry.mtime_ns) == (st.st_ino, st.st_size, st.st_mtime_ns)
+            and (entry.ino, entry.size, entry.mtime_ns, entry.ctime_ns)
+            == (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         ):
             return
         now = self._clock()
@@ -274,6 +294,7 @@ class BucketView:
             if seen_at != entry.seen_at and entry.seen_at < now - self.dead_after:
                 self._changes += 1  # dead by the clock, alive again
             entry.ino, entry.size, entry.mtime_ns, entry.seen_at = *version, seen_at
+            entry.ctime_ns = st.st_ctime_ns
             if entry.expired and seen_at == now:  # its mtime moves again: alive after all
                 entry.expired = False
                 self._changes += 1
@@ -282,7 +303,7 @@ class BucketView:
             return
         if gate is not None and not gate(name, content):
             return
-        new_entry = Entry(*version, seen_at, content, old, read_at=now)
+        new_entry = Entry(*version, seen_at, content, old, read_at=now, ctime_ns=st.st_ctime_ns)
         self._entries[name] = new_entry
         self._changes += 1
         try:  # the name was checked when the last valid identity was read under it
@@ -317,7 +338,7 @@ class BucketView:
         if gate is not None and not gate(name, content):
             return
         now = self._clock()
-        entry = Entry(st.st_ino, st.st_size, st.st_mtime_ns, now, content, None, read_at=now)
+        entry = Entry(st.st_ino, st.st_size, st.st_mtime_ns, now, content, None, read_at=now, ctime_ns=st.st_ctime_ns)
         self._entries[name] = entry
         self._changes += 1
         try:
@@ -348,7 +369,15 @@ class BucketView:
             return
         self._changes += 1
         self._entries[name] = Entry(
-            st.st_ino, st.st_size, st.st_mtime_ns, seen_at, None, old, read_at=now, problem=problem
+            st.st_ino,
+            st.st_size,
+            st.st_mtime_ns,
+            seen_at,
+            None,
+            old,
+            read_at=now,
+            problem=problem,
+            ctime_ns=st.st_ctime_ns,
         )
 
     def warn_pending(self) -> None:
