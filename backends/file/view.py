@@ -53,8 +53,18 @@ Gate = Callable[[str, "Content | None"], bool]
 #: foreign names warned about by name in one scan; the rest are counted in one line
 MAX_NAMED_WARNINGS = 10
 #: how much older than a scan the directory's mtime must be for any later change to give it
-#: another mtime (timestamps of local filesystems tick by a jiffy, a second, two on FAT)
+#: another mtime: timestamps of whole seconds may come from a filesystem that keeps seconds
+#: (ext3, HFS+) or two (FAT); others tick by the kernel's coarse clock (a jiffy, 1-10 ms)
 SETTLED_NS = 2_000_000_000
+FINE_SETTLED_NS = 100_000_000
+
+
+def settled(began_ns: int, mtime_ns: int) -> bool:
+    """Whether a change made after ``began_ns`` (this host's wall clock) gives a directory whose
+    mtime is ``mtime_ns`` another mtime."""
+    return began_ns - mtime_ns > (SETTLED_NS if mtime_ns % 1_000_000_000 == 0 else FINE_SETTLED_NS)
+
+
 #: ordered results of distinct queries kept for reuse by ``listed()`` (the oldest goes first)
 MAX_CACHED_LISTS = 16
 
@@ -169,7 +179,7 @@ class BucketView:
         (mtimes, judged by full scans) goes unread. Once the directory changed every file is
         stat-ed: a record deleted and written again may get the freed inode back (ext4 reuses
         it at once). The directory's mtime tells only while it is older than the scan that saw
-        it by more than the filesystem's timestamp granularity (``SETTLED_NS``).
+        it by more than the filesystem's timestamp granularity (:func:`settled`).
 
         Raises OSError (or SymlinkRefused) only when the directory itself cannot be read; with
         ``missing_is_empty`` a missing directory is closed and every record of it published
@@ -216,7 +226,7 @@ class BucketView:
                     if len(self._unchanged) >= MAX_CACHED_LISTS:
                         self._unchanged.clear()
                     # a later change gives the directory another mtime only if this one is settled
-                    self._unchanged[name_prefix] = state if began - dir_st.st_mtime_ns > SETTLED_NS else None
+                    self._unchanged[name_prefix] = state if settled(began, dir_st.st_mtime_ns) else None
                 finally:
                     self._publish = saved
 
