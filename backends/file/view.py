@@ -1,9 +1,12 @@
 """One bucket directory as this reader sees it: parsed records, liveness, change events.
 
-A file is re-read only when its (inode, size, mtime) changed, and re-parsed only when its
-bytes changed (the view keeps a digest of them, not a copy), so a rescan of an unchanged store
-costs one ``stat`` per file. Atomic writers give every new content a new inode; a heartbeat
-only moves the mtime.
+A file is re-read only when its (inode, size, mtime, ctime) changed, and re-parsed only when
+its bytes changed (the view keeps a digest of them, not a copy), so a rescan of an unchanged
+store costs one ``stat`` per file. Atomic writers give every new content a new inode (or, on a
+freed inode the filesystem hands out again, a new ctime, which no ``utime`` can set back); a
+heartbeat only moves the mtime. ``list()`` stats no file of a directory that did not change since
+its last scan (``refresh(quick=True)``), and reuses its ordered result while the view did not
+change (:meth:`BucketView.listed`).
 
 Liveness (docs/design.md §6): a record is dead when its mtime has not changed for ``dead_after``
 seconds *of this reader's monotonic clock* (the TTL plus the mount's cache window), counted
