@@ -23,6 +23,7 @@ else can change the store is checked on connect (:mod:`.permissions`).
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import logging
 import os
@@ -34,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from discovery_sync.broadcast import FeedSet
-from discovery_sync.discovery import CollectedGarbage, Discovery
+from discovery_sync.discovery import CollectedGarbage, Discovery, _check_query
 from discovery_sync.errors import BackendUnavailable, DiscoveryError, ValidationError
 from discovery_sync.events import DiscoveryEvent
 from discovery_sync.identity import DiscoveryInstanceId, RecordKind
@@ -170,6 +171,7 @@ class FileDiscovery(Discovery):
                 settle=self.cache_window,
                 max_record_bytes=max_record_bytes,
                 missing_is_empty=self.read_only,
+                subscribed=lambda kind: bool(self._feeds.current(kind)),
             )
             for kind in RecordKind
         }
@@ -345,7 +347,24 @@ class FileDiscovery(Discovery):
         except OSError as exc:
             raise BackendUnavailable(f"cannot delete {instance_id.to_path()}: {exc}") from exc
 
-    def _list(self, query: Query) -> list[DiscoveryInstance]:
+    def list(self, query: Query) -> builtins.list[DiscoveryInstance]:
+        """The records matching ``query`` now, in a stable order (:meth:`Discovery.list`).
+
+        Every call reads the directory (a write finished before the call is in its result);
+        files whose directory entry shows what the view knows are not read again, and when the
+        bucket did not change the ordered result of the last call of the same query is reused
+        (:meth:`BucketView.listed`)."""
+        _check_query(query)
+        self._check_open()
+        view, prefix = self._refreshed(query)
+        return builtins.list(view.listed(prefix, query, skip=self._owned_names(query.kind)))
+
+    def _list(self, query: Query) -> builtins.list[DiscoveryInstance]:
+        view, prefix = self._refreshed(query)
+        return view.valid(prefix, skip=self._owned_names(query.kind))
+
+    def _refreshed(self, query: Query) -> tuple[BucketView, str]:
+        """The view of ``query``'s bucket, after reading the directory (names under its prefix)."""
         view = self._views[query.kind]
         prefix = self.layout.name_prefix(query)
         try:
@@ -356,7 +375,7 @@ class FileDiscovery(Discovery):
             view.refresh(prefix, quick=self._locks.mode == "hard")
         except OSError as exc:
             raise BackendUnavailable(f"cannot read {view.directory.path}: {exc}") from exc
-        return view.valid(prefix, skip=self._owned_names(query.kind))
+        return view, prefix
 
     @contextlib.contextmanager
     def _store_lock(self, kind: RecordKind, key: str) -> Iterator[None]:

@@ -1,9 +1,12 @@
 """One bucket directory as this reader sees it: parsed records, liveness, change events.
 
-A file is re-read only when its (inode, size, mtime) changed, and re-parsed only when its
-bytes changed (the view keeps a digest of them, not a copy), so a rescan of an unchanged store
-costs one ``stat`` per file. Atomic writers give every new content a new inode; a heartbeat
-only moves the mtime.
+A file is re-read only when its (inode, size, mtime, ctime) changed, and re-parsed only when
+its bytes changed (the view keeps a digest of them, not a copy), so a rescan of an unchanged
+store costs one ``stat`` per file. Atomic writers give every new content a new inode (or, on a
+freed inode the filesystem hands out again, a new ctime, which no ``utime`` can set back); a
+heartbeat only moves the mtime. ``list()`` stats no file of a directory that did not change since
+its last scan (``refresh(quick=True)``), and reuses its ordered result while the view did not
+change (:meth:`BucketView.listed`).
 
 Liveness (docs/design.md §6): a record is dead when its mtime has not changed for ``dead_after``
 seconds *of this reader's monotonic clock* (the TTL plus the mount's cache window), counted
@@ -38,6 +41,7 @@ from discovery_sync.errors import ValidationError
 from discovery_sync.events import Added, DiscoveryEvent, Removed
 from discovery_sync.identity import RecordKind
 from discovery_sync.model import DiscoveryInstance
+from discovery_sync.queries import Query
 from discovery_sync.reconcile import Change, apply
 
 from .directory import DirectoryClosed, StoreDirectory, listing
@@ -51,6 +55,21 @@ Content = bytes  # a digest of a file's bytes
 Gate = Callable[[str, "Content | None"], bool]
 #: foreign names warned about by name in one scan; the rest are counted in one line
 MAX_NAMED_WARNINGS = 10
+#: how much older than a scan the directory's mtime must be for any later change to give it
+#: another mtime: timestamps of whole seconds may come from a filesystem that keeps seconds
+#: (ext3, HFS+) or two (FAT); others tick by the kernel's coarse clock (a jiffy, 1-10 ms)
+SETTLED_NS = 2_000_000_000
+FINE_SETTLED_NS = 100_000_000
+
+
+def settled(began_ns: int, mtime_ns: int) -> bool:
+    """Whether a change made after ``began_ns`` (this host's wall clock) gives a directory whose
+    mtime is ``mtime_ns`` another mtime."""
+    return began_ns - mtime_ns > (SETTLED_NS if mtime_ns % 1_000_000_000 == 0 else FINE_SETTLED_NS)
+
+
+#: ordered results of distinct queries kept for reuse by ``listed()`` (the oldest goes first)
+MAX_CACHED_LISTS = 16
 
 
 def digest(raw: bytes) -> Content:
@@ -69,10 +88,21 @@ class Entry:
     problem: str | None = None  # why the content is not served
     warned: bool = False  # reset with every new content
     expired: bool = False  # judged dead but still there (it could not be deleted): Removed was published
+    ctime_ns: int = 0  # a file written again on a freed inode, size and mtime set back, has another ctime
 
     @property
     def version(self) -> tuple[int, int, int]:
         return (self.ino, self.size, self.mtime_ns)
+
+
+@dataclass(slots=True, frozen=True)
+class _Listed:
+    """An ordered ``listed()`` result and how long it holds: while the view's change count is
+    ``changes`` and the clock is before ``expires`` (when its first record would die)."""
+
+    changes: int
+    expires: float
+    records: tuple[DiscoveryInstance, ...]
 
 
 @dataclass(slots=True)
@@ -102,11 +132,15 @@ class BucketView:
         max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
         clock: Callable[[], float] = time.monotonic,
         missing_is_empty: bool = False,
+        subscribed: Callable[[RecordKind], bool] | None = None,
     ) -> None:
         """``dead_after``: seconds an unchanged mtime stays alive; ``settle``: seconds a read may
         disagree with the store (the mount's cache window); files over ``max_record_bytes`` are
         never read. ``missing_is_empty`` (read-only clients, which never create the store): a
-        directory that does not exist (yet, or any longer) is an empty bucket, not an error."""
+        directory that does not exist (yet, or any longer) is an empty bucket, not an error.
+        ``subscribed(kind)``: whether ``publish`` has a subscriber for records of ``kind`` now; a
+        scan that finds none (with the view's lock held, under which subscribers of its kind are
+        added) publishes nothing, which spares a first read of a big bucket an event per record."""
         self.kind = kind
         self.missing_is_empty = missing_is_empty
         self.directory = directory
@@ -115,10 +149,17 @@ class BucketView:
         self.max_record_bytes = max_record_bytes
         self.lock = threading.RLock()
         self._publish = publish
+        self._subscribed = subscribed
         self._clock = clock
         self._entries: dict[str, Entry] = {}
         self._leftovers: dict[str, Entry] = {}  # temp and hidden files, by name (content unread)
         self._foreign: dict[str, str] = {}  # other entries of the last full scan: name -> what it is
+        # bumped by every change that may alter what valid() returns other than time passing (an
+        # entry added, dropped, given another value or expired state, or a dead one alive again)
+        self._changes = 0
+        self._listed: dict[tuple[str, frozenset[str], Query], _Listed] = {}
+        # name prefix -> the directory's (inode, mtime, ctime) at the last scan of it, when settled
+        self._unchanged: dict[str, tuple[int, int, int] | None] = {}
 
     # -- reading the directory --------------------------------------------------------------------
     def refresh(
@@ -135,19 +176,28 @@ class BucketView:
         (content None for a vanished file) may hold a content change back: it is then left for a
         later scan or notification. Heartbeat-only changes always apply.
 
-        ``quick`` skips the ``stat`` of files whose inode is the cached one: atomic writers give
-        new content a new inode, so only liveness (mtimes, judged by full scans) goes unread.
+        ``quick`` skips the ``stat`` of files whose inode is the cached one, as long as the
+        directory itself did not change since the last scan of this prefix: atomic writers give
+        new content a new inode and change the directory (a rename or link), so only liveness
+        (mtimes, judged by full scans) goes unread. Once the directory changed every file is
+        stat-ed: a record deleted and written again may get the freed inode back (ext4 reuses
+        it at once). The directory's mtime tells only while it is older than the scan that saw
+        it by more than the filesystem's timestamp granularity (:func:`settled`).
 
         Raises OSError (or SymlinkRefused) only when the directory itself cannot be read; with
         ``missing_is_empty`` a missing directory is closed and every record of it published
         removed instead.
         """
         full = not name_prefix and not quick
+        began = time.time_ns()  # the same clock as the directory's mtime: both are this host's
         with contextlib.ExitStack() as using:
             try:
                 self.directory.revalidate()
                 dir_fd = using.enter_context(self.directory.use())
-                scan = _scan(dir_fd, name_prefix, self._entries, quick, full)
+                dir_st = os.fstat(dir_fd)
+                state = (dir_st.st_ino, dir_st.st_mtime_ns, dir_st.st_ctime_ns)
+                trusted = quick and self._unchanged.get(name_prefix) == state
+                scan = _scan(dir_fd, name_prefix, self._entries, trusted, full)
             except (FileNotFoundError, DirectoryClosed):
                 if not self.missing_is_empty:
                     raise
@@ -158,18 +208,28 @@ class BucketView:
                     self._track_leftovers(scan.leftovers)
                     self._track_foreign(scan.foreign)
                 saved = self._publish
-                self._publish = publish or saved
+                if publish is not None:
+                    self._publish = publish
+                elif self._subscribed is not None and not self._subscribed(self.kind):
+                    self._publish = _unheard
                 try:
                     for name, st in scan.found.items():
                         if st is not None:
                             self._update(dir_fd, name, st, gate)
                     for name in scan.unread:
-                        self._update(dir_fd, name, None, gate)
-                    for name in [n for n in self._entries if n.startswith(name_prefix) and n not in scan.found]:
+                        self._add(dir_fd, name, gate)
+                    missing = self._entries.keys() - scan.found.keys()  # a set operation: no loop in Python
+                    for name in (
+                        [n for n in self._entries if n in missing and n.startswith(name_prefix)] if missing else []
+                    ):
                         # the listing was taken before the lock: a file a notification applied since
                         # is missing from it, yet there
                         if _gone(dir_fd, name) and (gate is None or gate(name, None)):
                             self._drop(name)
+                    if len(self._unchanged) >= MAX_CACHED_LISTS:
+                        self._unchanged.clear()
+                    # a later change gives the directory another mtime only if this one is settled
+                    self._unchanged[name_prefix] = state if settled(began, dir_st.st_mtime_ns) else None
                 finally:
                     self._publish = saved
 
@@ -219,7 +279,8 @@ class BucketView:
         if (
             st is not None
             and entry is not None
-            and (entry.ino, entry.size, entry.mtime_ns) == (st.st_ino, st.st_size, st.st_mtime_ns)
+            and (entry.ino, entry.size, entry.mtime_ns, entry.ctime_ns)
+            == (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         ):
             return
         now = self._clock()
@@ -243,16 +304,21 @@ class BucketView:
         seen_at = entry.seen_at if entry is not None and entry.mtime_ns == st.st_mtime_ns else now
         content = digest(raw)
         if entry is not None and content == entry.content:
+            if seen_at != entry.seen_at and entry.seen_at < now - self.dead_after:
+                self._changes += 1  # dead by the clock, alive again
             entry.ino, entry.size, entry.mtime_ns, entry.seen_at = *version, seen_at
+            entry.ctime_ns = st.st_ctime_ns
             if entry.expired and seen_at == now:  # its mtime moves again: alive after all
                 entry.expired = False
+                self._changes += 1
                 if entry.valid is not None:
                     self._publish(Added(entry.valid), entry.valid)
             return
         if gate is not None and not gate(name, content):
             return
-        new_entry = Entry(*version, seen_at, content, old, read_at=now)
+        new_entry = Entry(*version, seen_at, content, old, read_at=now, ctime_ns=st.st_ctime_ns)
         self._entries[name] = new_entry
+        self._changes += 1
         try:  # the name was checked when the last valid identity was read under it
             instance = record_from(raw, self.kind, name, known=old.id() if old is not None else None)
         except ValidationError as exc:
@@ -264,6 +330,37 @@ class BucketView:
             log.warning("ignoring a change of model card %s that alters more than its taints", name)
         if event is not None:
             self._publish(event, valid)
+
+    def _add(self, dir_fd: int, name: str, gate: Gate | None) -> None:
+        """:meth:`_update` of a name the view holds no entry for (every file of a first scan):
+        the same rules, in fewer steps. A record found is Added; no old value can reject it."""
+        if name in self._entries:  # a notification applied it since the listing
+            self._update(dir_fd, name, None, gate)
+            return
+        try:
+            found = read_regular(dir_fd, name, self.max_record_bytes)
+        except (OSError, RecordTooLarge) as exc:
+            st = stat_entry(dir_fd, name)
+            if st is not None:
+                self._note_unread(name, None, st, self._clock(), None, exc)
+            return
+        if found is None:  # vanished, or no longer a regular file
+            return
+        st, raw = found
+        content = digest(raw)
+        if gate is not None and not gate(name, content):
+            return
+        now = self._clock()
+        entry = Entry(st.st_ino, st.st_size, st.st_mtime_ns, now, content, None, read_at=now, ctime_ns=st.st_ctime_ns)
+        self._entries[name] = entry
+        self._changes += 1
+        try:
+            instance = record_from(raw, self.kind, name)
+        except ValidationError as exc:
+            entry.problem = str(exc)  # reported by warn_pending(), once it has settled
+            return
+        entry.valid = instance
+        self._publish(Added(instance), instance)
 
     def _note_unread(
         self,
@@ -279,10 +376,21 @@ class BucketView:
         problem = unread_reason(exc)
         seen_at = entry.seen_at if entry is not None and entry.mtime_ns == st.st_mtime_ns else now
         if entry is not None and entry.problem == problem and (entry.ino, entry.size) == (st.st_ino, st.st_size):
+            if seen_at != entry.seen_at and entry.seen_at < now - self.dead_after:
+                self._changes += 1  # dead by the clock, alive again
             entry.mtime_ns, entry.seen_at = st.st_mtime_ns, seen_at  # a heartbeat: warned once is enough
             return
+        self._changes += 1
         self._entries[name] = Entry(
-            st.st_ino, st.st_size, st.st_mtime_ns, seen_at, None, old, read_at=now, problem=problem
+            st.st_ino,
+            st.st_size,
+            st.st_mtime_ns,
+            seen_at,
+            None,
+            old,
+            read_at=now,
+            problem=problem,
+            ctime_ns=st.st_ctime_ns,
         )
 
     def warn_pending(self) -> None:
@@ -308,11 +416,14 @@ class BucketView:
             if entry is None or entry.expired:
                 return
             entry.expired = True
+            self._changes += 1
             if entry.valid is not None:
                 self._publish(Removed(entry.valid.id()), None)
 
     def _drop(self, name: str) -> None:
         entry = self._entries.pop(name, None)
+        if entry is not None:
+            self._changes += 1
         if entry is not None and entry.valid is not None and not entry.expired:
             self._publish(Removed(entry.valid.id()), None)
 
@@ -329,6 +440,44 @@ class BucketView:
                 and n.startswith(name_prefix)
                 and (n in skip or e.seen_at >= alive_since)
             ]
+
+    def listed(
+        self, name_prefix: str, query: Query, *, skip: frozenset[str] = frozenset()
+    ) -> tuple[DiscoveryInstance, ...]:
+        """:meth:`valid` that ``query`` matches, in the order of ``reconcile.ordered`` (every record
+        of a bucket is of its kind, so by identity path).
+
+        The result is kept and returned again while nothing changed that could alter it: no
+        entry added, dropped, given another value or expired state, no dead entry alive again
+        (see ``_changes``), and no record it holds dead by the clock yet. Refreshing the view
+        (reading the directory) is the caller's: this reads none of it.
+        """
+        now = self._clock()
+        key = (name_prefix, skip, query)
+        with self.lock:
+            kept = self._listed.get(key)
+            if kept is not None and kept.changes == self._changes and now < kept.expires:
+                return kept.records
+            alive_since = now - self.dead_after
+            expires = float("inf")
+            chosen = []
+            for name, entry in self._entries.items():
+                instance = entry.valid
+                if instance is None or entry.expired or not name.startswith(name_prefix):
+                    continue
+                if name not in skip:
+                    if entry.seen_at < alive_since:
+                        continue
+                    expires = min(expires, entry.seen_at + self.dead_after)
+                if query.matches(instance):
+                    chosen.append(instance)
+            chosen.sort(key=_identity_path)
+            records = tuple(chosen)
+            self._listed.pop(key, None)
+            self._listed[key] = _Listed(self._changes, expires, records)
+            if len(self._listed) > MAX_CACHED_LISTS:
+                del self._listed[next(iter(self._listed))]
+            return records
 
     def dead(self, owned: frozenset[str]) -> list[tuple[str, Entry]]:
         """Files with a record name whose mtime has not moved for ``dead_after`` on this reader's
@@ -386,6 +535,14 @@ class BucketView:
             return len(self._entries)
 
 
+def _unheard(event: DiscoveryEvent, instance: DiscoveryInstance | None) -> None:
+    """The publisher of a scan nobody subscribed to."""
+
+
+def _identity_path(instance: DiscoveryInstance) -> str:
+    return instance.id().to_path()
+
+
 def _gone(dir_fd: int, name: str) -> bool:
     """No regular file under ``name`` now (opened, so a network mount asks its server)."""
     try:
@@ -403,9 +560,10 @@ def _scan(dir_fd: int, name_prefix: str, known: dict[str, Entry], quick: bool, f
     with listing(dir_fd) as entries:
         for entry in entries:
             name = entry.name
-            if name in known:  # a record name already, and no dot file
-                candidate = name.startswith(name_prefix)
-                if candidate and quick and known[name].ino == entry.inode():
+            cached = known.get(name)
+            if cached is not None:  # a record name already, and no dot file
+                candidate = not name_prefix or name.startswith(name_prefix)
+                if candidate and quick and cached.ino == entry.inode():
                     scan.found[name] = None
                     continue
             else:

@@ -17,6 +17,7 @@ import errno
 import os
 import secrets
 import stat
+from stat import S_ISREG
 
 TEMP_PREFIX = ".tmp_"
 #: dot files that outlive their purpose when something dies: temp files of a writer killed
@@ -69,14 +70,23 @@ def read_regular(dir_fd: int | None, name: str, limit: int) -> tuple[os.stat_res
     """The ``fstat`` and bytes of ``name`` in ``dir_fd``, or None when it does not exist or is not
     a regular file (symlink, FIFO, socket, device, directory). RecordTooLarge when it holds more
     than ``limit`` bytes; other errors (EACCES, EIO) are raised."""
-    fd = _open(dir_fd, name)
-    if fd is None:
+    try:  # _open() and read_bounded() inlined for the common case: every record read takes this path
+        fd = os.open(name, OPEN_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError:
         return None
+    except OSError as exc:
+        if exc.errno in _NOT_A_FILE:
+            return None
+        raise
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
+        if not S_ISREG(st.st_mode):
             return None
-        return st, read_bounded(fd, st.st_size, limit)
+        size = st.st_size
+        if size < READ_SIZE and size <= limit:  # one read of one byte more tells the end
+            data = os.read(fd, size + 1)
+            return st, data if len(data) <= size else _read_rest(fd, [data], len(data), limit)
+        return st, read_bounded(fd, size, limit)
     finally:
         os.close(fd)
 
@@ -104,9 +114,15 @@ def read_bounded(fd: int, size: int, limit: int) -> bytes:
         data = os.read(fd, want)
         if len(data) < want:  # short read of a regular file: the end (records are small)
             return data
-        chunks, total = [data], len(data)
-    else:
-        chunks, total = [], 0
+        return _read_rest(fd, [data], len(data), limit)
+    return _read_rest(fd, [], 0, limit)
+
+
+def _read_rest(fd: int, chunks: list[bytes], total: int, limit: int) -> bytes:
+    """``chunks`` (``total`` bytes, read already) and the rest of the file up to its end;
+    RecordTooLarge once it holds more than ``limit`` bytes."""
+    if total > limit:
+        raise RecordTooLarge(total, limit)
     while chunk := os.read(fd, min(READ_SIZE, limit + 1 - total)):
         chunks.append(chunk)
         total += len(chunk)
