@@ -3,7 +3,11 @@
 A file is re-read only when its (inode, size, mtime) changed, and re-parsed only when its
 bytes changed (the view keeps a digest of them, not a copy), so a rescan of an unchanged store
 costs one ``stat`` per file. Atomic writers give every new content a new inode; a heartbeat
-only moves the mtime.
+only moves the mtime. A *shallow* scan (``refresh(deep=False)``, the rescans of a client whose
+notifier sees every write of this host: inotify) does not even re-read a file whose mtime alone
+moved: it takes that as a heartbeat (liveness) and leaves the file marked unverified; the next
+deep scan reads it, in case that was an in-place rewrite of the same size whose notification
+was lost.
 
 Liveness (docs/design.md §6): a record is dead when its mtime has not changed for ``dead_after``
 seconds *of this reader's monotonic clock* (the TTL plus the mount's cache window), counted
@@ -69,6 +73,7 @@ class Entry:
     problem: str | None = None  # why the content is not served
     warned: bool = False  # reset with every new content
     expired: bool = False  # judged dead but still there (it could not be deleted): Removed was published
+    unverified: bool = False  # the mtime moved since the content was last read (a shallow scan saw it)
 
     @property
     def version(self) -> tuple[int, int, int]:
@@ -128,6 +133,7 @@ class BucketView:
         publish: Publish | None = None,
         gate: Gate | None = None,
         quick: bool = False,
+        deep: bool = True,
     ) -> None:
         """Scan the directory (names starting with ``name_prefix``) and publish what changed.
 
@@ -137,6 +143,8 @@ class BucketView:
 
         ``quick`` skips the ``stat`` of files whose inode is the cached one: atomic writers give
         new content a new inode, so only liveness (mtimes, judged by full scans) goes unread.
+        Without ``deep``, a file whose inode and size are unchanged and whose mtime alone moved is
+        not re-read (see the module docstring); a deep scan re-reads those left unverified.
 
         Raises OSError (or SymlinkRefused) only when the directory itself cannot be read; with
         ``missing_is_empty`` a missing directory is closed and every record of it published
@@ -162,7 +170,7 @@ class BucketView:
                 try:
                     for name, st in scan.found.items():
                         if st is not None:
-                            self._update(dir_fd, name, st, gate)
+                            self._update(dir_fd, name, st, gate, deep=deep)
                     for name in scan.unread:
                         self._update(dir_fd, name, None, gate)
                     for name in [n for n in self._entries if n.startswith(name_prefix) and n not in scan.found]:
@@ -211,17 +219,25 @@ class BucketView:
                 self._update(dir_fd, name, found[0], raw=found[1])
 
     def _update(
-        self, dir_fd: int, name: str, st: os.stat_result | None, gate: Gate | None = None, raw: bytes | None = None
+        self,
+        dir_fd: int,
+        name: str,
+        st: os.stat_result | None,
+        gate: Gate | None = None,
+        raw: bytes | None = None,
+        *,
+        deep: bool = True,
     ) -> None:
         """Apply what is now stored under ``name``: ``st`` its stat (None: read it to know), ``raw``
-        its bytes when they were read already (with ``st`` their ``fstat``)."""
+        its bytes when they were read already (with ``st`` their ``fstat``). Without ``deep`` a
+        moved mtime alone (same inode and size) is taken as a heartbeat and not read."""
         entry = self._entries.get(name)
-        if (
-            st is not None
-            and entry is not None
-            and (entry.ino, entry.size, entry.mtime_ns) == (st.st_ino, st.st_size, st.st_mtime_ns)
-        ):
-            return
+        if st is not None and entry is not None and (entry.ino, entry.size) == (st.st_ino, st.st_size):
+            if entry.mtime_ns == st.st_mtime_ns and not (deep and entry.unverified):
+                return
+            if not deep:
+                self._heartbeat(entry, st.st_mtime_ns)
+                return
         now = self._clock()
         # watchers were told an expired record is gone: what comes now is new to them
         old = entry.valid if entry is not None and not entry.expired else None
@@ -244,6 +260,7 @@ class BucketView:
         content = digest(raw)
         if entry is not None and content == entry.content:
             entry.ino, entry.size, entry.mtime_ns, entry.seen_at = *version, seen_at
+            entry.unverified = False
             if entry.expired and seen_at == now:  # its mtime moves again: alive after all
                 entry.expired = False
                 if entry.valid is not None:
@@ -265,6 +282,17 @@ class BucketView:
         if event is not None:
             self._publish(event, valid)
 
+    def _heartbeat(self, entry: Entry, mtime_ns: int) -> None:
+        """A shallow scan saw the mtime of an unchanged inode and size move: alive now, content
+        taken as unchanged until a deep scan (or a notification) reads it."""
+        if entry.mtime_ns == mtime_ns:
+            return
+        entry.mtime_ns, entry.seen_at, entry.unverified = mtime_ns, self._clock(), True
+        if entry.expired:  # its mtime moves again: alive after all
+            entry.expired = False
+            if entry.valid is not None:
+                self._publish(Added(entry.valid), entry.valid)
+
     def _note_unread(
         self,
         name: str,
@@ -280,6 +308,7 @@ class BucketView:
         seen_at = entry.seen_at if entry is not None and entry.mtime_ns == st.st_mtime_ns else now
         if entry is not None and entry.problem == problem and (entry.ino, entry.size) == (st.st_ino, st.st_size):
             entry.mtime_ns, entry.seen_at = st.st_mtime_ns, seen_at  # a heartbeat: warned once is enough
+            entry.unverified = False
             return
         self._entries[name] = Entry(
             st.st_ino, st.st_size, st.st_mtime_ns, seen_at, None, old, read_at=now, problem=problem
@@ -343,6 +372,11 @@ class BucketView:
         with self.lock:
             entry = self._entries.get(name)
             return entry.ino if entry is not None else None
+
+    def inodes(self) -> dict[str, int]:
+        """The inode this view last saw under each name (one snapshot, for checking many names)."""
+        with self.lock:
+            return {name: entry.ino for name, entry in self._entries.items()}
 
     def foreign(self) -> dict[str, str]:
         """Entries of the last full scan that are neither records nor leftovers: name -> what it is."""
