@@ -7,8 +7,10 @@ Threads of a client, all named and daemonic, all stopped by ``shutdown()``:
   by a read-only client, which owns nothing;
 * ``discovery-sync-file-rescan``: rescans every bucket, reconciles watches (missed changes,
   then ``Resync``), warns about files it skips, deletes dead records and writes back this
-  client's records when another writer replaced them (a read-only client deletes and writes
-  nothing: it reports dead records Removed and leaves them, and follows buckets that appear);
+  client's records when another writer replaced them (with inotify most rescans only compare
+  the directory listing; full scans run as often as liveness needs: ``_scheduled_rescan``; a
+  read-only client deletes and writes nothing: it reports dead records Removed and leaves them,
+  and follows buckets that appear);
 * the watchdog observer (started with the first watch): re-reads files as they change.
 
 A read-only client (``read_only=True``) never changes the store: it creates no directory, writes,
@@ -93,7 +95,10 @@ class FileDiscovery(Discovery):
         on a network filesystem (nfs, cifs, fuse.sshfs, …, from /proc/self/mountinfo), else inotify.
     :param lock: ``hard`` (flock) or ``soft`` (O_EXCL marker files, for network filesystems);
         default: soft on a network filesystem, else hard.
-    :param rescan_interval: seconds between full rescans (default: min(2, ttl/3)).
+    :param rescan_interval: seconds between rescans (default: min(2, ttl/3)). With the polling
+        observer each is a full scan; with inotify full scans (a ``stat`` of every file: liveness)
+        run every ``full_scan_interval`` = max(rescan_interval, dead_after/2), and the rescans in
+        between compare only the directory listing, while a watch runs (see ``_scheduled_rescan``).
     :param poll_interval: seconds between directory polls of the polling observer.
     :param lock_timeout: seconds to wait for a store lock before LockTimeout (default 10 s for hard
         locks, 3 x ``lock_stale`` for soft ones, so a waiter outlives a dead holder's marker).
