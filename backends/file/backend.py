@@ -7,8 +7,10 @@ Threads of a client, all named and daemonic, all stopped by ``shutdown()``:
   by a read-only client, which owns nothing;
 * ``discovery-sync-file-rescan``: rescans every bucket, reconciles watches (missed changes,
   then ``Resync``), warns about files it skips, deletes dead records and writes back this
-  client's records when another writer replaced them (a read-only client deletes and writes
-  nothing: it reports dead records Removed and leaves them, and follows buckets that appear);
+  client's records when another writer replaced them (with inotify most rescans only compare
+  the directory listing; full scans run as often as liveness needs: ``_scheduled_rescan``; a
+  read-only client deletes and writes nothing: it reports dead records Removed and leaves them,
+  and follows buckets that appear);
 * the watchdog observer (started with the first watch): re-reads files as they change.
 
 A read-only client (``read_only=True``) never changes the store: it creates no directory, writes,
@@ -47,7 +49,7 @@ from discovery_sync.watch import WatchFeed
 from .directory import DirectoryClosed, StoreDirectory, SymlinkRefused, listing
 from .doctor import diagnose_store
 from .layout import LOCK_DIRNAME, StoreLayout
-from .liveness import Heartbeat
+from .liveness import Heartbeat, OwnedNames
 from .locks import StoreLocks
 from .mounts import choose_modes, mount_of, store_cache_window
 from .names import describe_entry, record_from
@@ -75,6 +77,11 @@ log = logging.getLogger("discovery_sync.backends.file")
 
 MAX_CONSECUTIVE_SCAN_ERRORS = 3
 MAX_REMEMBERED_REMOVALS = 10_000
+#: with inotify, full scans re-read files whose mtime alone moved (taken for heartbeats) only every
+#: this many full scans (and after a notification failed or the observer restarted): see BucketView
+DEEP_EVERY = 10
+#: kinds of rescan, cheapest first (see FileDiscovery.rescan)
+LISTING, FULL, DEEP = "listing", "full", "deep"
 NOTICE_GRACE = 1.0  # seconds a notification may lag a rescan before the change counts as missed
 MAX_NOTICE_GRACE = 3.0
 
@@ -89,7 +96,10 @@ class FileDiscovery(Discovery):
         on a network filesystem (nfs, cifs, fuse.sshfs, …, from /proc/self/mountinfo), else inotify.
     :param lock: ``hard`` (flock) or ``soft`` (O_EXCL marker files, for network filesystems);
         default: soft on a network filesystem, else hard.
-    :param rescan_interval: seconds between full rescans (default: min(2, ttl/3)).
+    :param rescan_interval: seconds between rescans (default: min(2, ttl/3)). With the polling
+        observer each is a full scan; with inotify full scans (a ``stat`` of every file: liveness)
+        run every ``full_scan_interval`` = max(rescan_interval, dead_after/2), and the rescans in
+        between compare only the directory listing, while a watch runs (see ``_scheduled_rescan``).
     :param poll_interval: seconds between directory polls of the polling observer.
     :param lock_timeout: seconds to wait for a store lock before LockTimeout (default 10 s for hard
         locks, 3 x ``lock_stale`` for soft ones, so a waiter outlives a dead holder's marker).
@@ -150,6 +160,12 @@ class FileDiscovery(Discovery):
         self.cache_window = store_cache_window(mount, option["cache_window"])
         # a heartbeat may reach this host's view a cache window late
         self.dead_after = self.ttl + self.cache_window
+        # seconds between full scans (stat of every file: liveness); in between, with inotify, the
+        # rescans only compare the directory listing (names and inodes) with the view
+        if observer == "polling":
+            self.full_scan_interval = self.rescan_interval
+        else:
+            self.full_scan_interval = max(self.rescan_interval, self.dead_after / 2)
         lock_timeout, lock_stale = option["lock_timeout"], option["lock_stale"]
         if lock_timeout is None:
             lock_timeout = 3 * lock_stale if lock == "soft" else 10.0
@@ -176,6 +192,7 @@ class FileDiscovery(Discovery):
             for kind in RecordKind
         }
         self._sweeper = Sweeper()
+        self._names = OwnedNames(self.layout)  # file names of this client's records
         self._start_lock = threading.Lock()
         self._stopping = threading.Event()
         self._removed_lock = threading.Lock()
@@ -191,10 +208,13 @@ class FileDiscovery(Discovery):
         # content changes a rescan found that notifications had not delivered yet, by bucket:
         # name -> (content, when first found)
         self._suspects: dict[RecordKind, dict[str, tuple[Content | None, float]]] = {kind: {} for kind in RecordKind}
+        # full scans until the next deep one (see DEEP_EVERY); 0: the next one is deep
+        self._shallow_left = 0
+        self._next_full = 0.0  # monotonic time when the rescan thread's next full scan is due
         self._rescanner = PeriodicThread(
             "discovery-sync-file-rescan",
             self.rescan_interval,
-            self.rescan,
+            self._scheduled_rescan,
             on_error=self._rescan_error,
             on_crash=self._thread_crashed,
         )
@@ -203,8 +223,9 @@ class FileDiscovery(Discovery):
             self._buckets,
             self.heartbeat_interval,
             owned=self._owned_now,
+            names=self._names,
             write_back=self._write_back,
-            refused=self._rescanner.wake,
+            refused=self._full_scan_now,
         )
         self._heartbeat = PeriodicThread(
             "discovery-sync-file-heartbeat",
@@ -563,6 +584,7 @@ class FileDiscovery(Discovery):
 
     def _notification_error(self, exc: BaseException) -> None:
         log.warning("error while handling a file notification (the next rescan repairs it): %s", exc)
+        self._shallow_left = self._next_full = 0
         self._rescanner.wake()
 
     # -- heartbeat (:mod:`.liveness`) -------------------------------------------------------------------
@@ -586,26 +608,65 @@ class FileDiscovery(Discovery):
         self._feeds.fail(exc, None)
 
     # -- rescan -----------------------------------------------------------------------------------------
-    def rescan(self) -> None:
+    def _full_scan_now(self) -> None:
+        """Make the rescan thread run a full scan now (a heartbeat was refused on a replaced file)."""
+        self._next_full = 0
+        self._rescanner.wake()
+
+    def _scheduled_rescan(self) -> None:
+        """The rescan thread's job, every ``rescan_interval``.
+
+        With the polling observer (network filesystems) every rescan is deep, as always. With
+        inotify, which delivers every write made on this host, a full scan runs every
+        ``full_scan_interval`` (dead_after / 2: liveness needs no more), every ``DEEP_EVERY``-th
+        of them deep; the rescans in between compare only the directory listing (names and
+        inodes: creates, deletes and atomic replaces a lost notification missed), and only while
+        a watch needs them (the notifier runs)."""
+        now = time.monotonic()
+        if self._notifier.kind != "polling" and now < self._next_full:
+            if self._notifier.started:
+                self.rescan(scan=LISTING)
+            return
+        # the next one is due an interval later, less half a rescan interval of timer slack
+        self._next_full = now + self.full_scan_interval - self.rescan_interval / 2
+        if self._notifier.kind == "polling" or self._shallow_left <= 0:
+            self._shallow_left = DEEP_EVERY - 1
+            self.rescan()
+        else:
+            self._shallow_left -= 1
+            self.rescan(scan=FULL)
+
+    def rescan(self, *, scan: str = DEEP) -> None:
         """Rescan every bucket now: publish missed changes (then Resync), delete dead records,
         write back this client's records that another writer replaced. A bucket that cannot be
-        read fails the watches of its kind only; the other buckets are scanned all the same."""
+        read fails the watches of its kind only; the other buckets are scanned all the same.
+
+        ``scan`` (the rescan thread chooses, see :meth:`_scheduled_rescan`): ``deep`` (the
+        default) stats every file and re-reads each whose version changed; ``full`` does not
+        re-read a file whose mtime alone moved (:meth:`BucketView.refresh`); ``listing`` stats
+        only files whose inode in the listing changed and publishes what changed, but neither
+        judges liveness nor sweeps nor writes anything back."""
         if self.read_only:  # first: the emitter of a bucket that went away has stopped
             self._follow_buckets()
         if self._notifier.started and not self._notifier.is_alive():
             log.warning("the file-store observer stopped; restarting it and resynchronising")
             self._notifier.stop()
             self._ensure_notifier()
+            scan = DEEP  # what it did not deliver meanwhile
+        owned = self._owned_by_kind() if scan != LISTING else {}
         for kind, view in self._views.items():
             try:
-                self._rescan_bucket(kind, view)
+                self._rescan_bucket(kind, view, scan, owned.get(kind, {}))
             except (OSError, DiscoveryError) as exc:
                 self._scan_failed(exc, kind)
                 continue
             self._scan_errors[kind] = 0
             self._last_scan_error[kind] = None
 
-    def _rescan_bucket(self, kind: RecordKind, view: BucketView) -> None:
+    def _rescan_bucket(
+        self, kind: RecordKind, view: BucketView, scan: str, owned: dict[DiscoveryInstanceId, str]
+    ) -> None:
+        """One bucket: ``owned`` is this client's records in it (id -> file name)."""
         missed: list[tuple[DiscoveryEvent, DiscoveryInstance | None]] = []
         previous = self._suspects[kind]
         current: dict[str, tuple[Content | None, float]] = {}
@@ -614,6 +675,8 @@ class FileDiscovery(Discovery):
         view.refresh(
             publish=lambda event, instance: missed.append((event, instance)),
             gate=lambda name, content: _confirm(name, content, previous, current, scanned_at, self._notice_grace),
+            quick=scan == LISTING,
+            deep=scan == DEEP,
         )
         if missed:
             log.info(
@@ -623,24 +686,33 @@ class FileDiscovery(Discovery):
                 ", ".join(f"{type(event).__name__} {_about(event, instance)}" for event, instance in missed),
             )
         self._feeds.publish_missed(kind, missed)
-        view.warn_pending()
-        if self.read_only or self._dry_runs:  # deletes nothing: watches hear of dead records all the same
-            self._sweeper.expire(view, self._owned_names(kind))
+        if current:  # a change waits for confirmation: the next scan is deep (reads it, even if only its mtime moves)
+            self._shallow_left = self._next_full = 0
+        if scan == LISTING:
             return
-        removed = self._sweeper.sweep(view, self._owned_names(kind))
+        view.warn_pending()
+        owned_names = frozenset(owned.values())
+        if self.read_only or self._dry_runs:  # deletes nothing: watches hear of dead records all the same
+            self._sweeper.expire(view, owned_names)
+            return
+        removed = self._sweeper.sweep(view, owned_names)
         if removed:
             with self._removed_lock:
                 self._removed_by_rescan.extend(removed[:MAX_REMEMBERED_REMOVALS])
                 del self._removed_by_rescan[:-MAX_REMEMBERED_REMOVALS]
-        self._restore_replaced(kind, view)
+        self._restore_replaced(view, owned)
 
-    def _restore_replaced(self, kind: RecordKind, view: BucketView) -> None:
-        """Write back this client's records whose file another writer replaced: another inode, or
-        no regular file at all in the last scan (a FIFO or symlink in its place, or gone)."""
-        for instance_id in [i for i in self._owned_now() if i.kind is kind]:
-            name = self.layout.file_name(instance_id)
-            written = self._written.get(instance_id)
-            if written is None or view.inode_of(name) == written:
+    def _restore_replaced(self, view: BucketView, owned: dict[DiscoveryInstanceId, str]) -> None:
+        """Write back this client's records (``owned``: id -> name) whose file another writer
+        replaced: another inode, or no regular file at all in the last scan (a FIFO or symlink in
+        its place, or gone)."""
+        if not owned:
+            return
+        inodes = view.inodes()
+        written = self._written
+        for instance_id, name in owned.items():
+            inode = written.get(instance_id)
+            if inode is None or inodes.get(name) == inode:
                 continue
             with self._api_lock:
                 instance = self._owned.get(instance_id)
@@ -703,8 +775,16 @@ class FileDiscovery(Discovery):
         self._last_scan_error[kind] = str(exc)
         self._feeds.fail(exc, kind)
 
+    def _owned_by_kind(self) -> dict[RecordKind, dict[DiscoveryInstanceId, str]]:
+        """This client's records now, by bucket: id -> file name."""
+        by_kind: dict[RecordKind, dict[DiscoveryInstanceId, str]] = {}
+        names = self._names
+        for instance_id in self._owned_now():
+            by_kind.setdefault(instance_id.kind, {})[instance_id] = names(instance_id)
+        return by_kind
+
     def _owned_names(self, kind: RecordKind) -> frozenset[str]:
-        return frozenset(self.layout.file_name(i) for i in self._owned_now() if i.kind is kind)
+        return frozenset(self._names(i) for i in self._owned_now() if i.kind is kind)
 
 
 def _confirm(

@@ -4,9 +4,13 @@ A file is re-read only when its (inode, size, mtime, ctime) changed, and re-pars
 its bytes changed (the view keeps a digest of them, not a copy), so a rescan of an unchanged
 store costs one ``stat`` per file. Atomic writers give every new content a new inode (or, on a
 freed inode the filesystem hands out again, a new ctime, which no ``utime`` can set back); a
-heartbeat only moves the mtime. ``list()`` stats no file of a directory that did not change since
-its last scan (``refresh(quick=True)``), and reuses its ordered result while the view did not
-change (:meth:`BucketView.listed`).
+heartbeat only moves the mtime (and with it the ctime). ``list()`` stats no file of a directory
+that did not change since its last scan (``refresh(quick=True)``), and reuses its ordered result
+while the view did not change (:meth:`BucketView.listed`). A *shallow* scan
+(``refresh(deep=False)``, the rescans of a client whose notifier sees every write of this host:
+inotify) does not even re-read a file whose mtime moved on the same inode and size: it takes
+that as a heartbeat (liveness) and leaves the file marked unverified; the next deep scan reads
+it, in case that was an in-place rewrite of the same size whose notification was lost.
 
 Liveness (docs/design.md §6): a record is dead when its mtime has not changed for ``dead_after``
 seconds *of this reader's monotonic clock* (the TTL plus the mount's cache window), counted
@@ -89,10 +93,7 @@ class Entry:
     warned: bool = False  # reset with every new content
     expired: bool = False  # judged dead but still there (it could not be deleted): Removed was published
     ctime_ns: int = 0  # a file written again on a freed inode, size and mtime set back, has another ctime
-
-    @property
-    def version(self) -> tuple[int, int, int]:
-        return (self.ino, self.size, self.mtime_ns)
+    unverified: bool = False  # the mtime moved since the content was last read (a shallow scan saw it)
 
 
 @dataclass(slots=True, frozen=True)
@@ -169,6 +170,7 @@ class BucketView:
         publish: Publish | None = None,
         gate: Gate | None = None,
         quick: bool = False,
+        deep: bool = True,
     ) -> None:
         """Scan the directory (names starting with ``name_prefix``) and publish what changed.
 
@@ -183,6 +185,9 @@ class BucketView:
         stat-ed: a record deleted and written again may get the freed inode back (ext4 reuses
         it at once). The directory's mtime tells only while it is older than the scan that saw
         it by more than the filesystem's timestamp granularity (:func:`settled`).
+
+        Without ``deep``, a file whose inode and size are unchanged and whose mtime moved is not
+        re-read (see the module docstring); a deep scan re-reads those left unverified.
 
         Raises OSError (or SymlinkRefused) only when the directory itself cannot be read; with
         ``missing_is_empty`` a missing directory is closed and every record of it published
@@ -215,7 +220,7 @@ class BucketView:
                 try:
                     for name, st in scan.found.items():
                         if st is not None:
-                            self._update(dir_fd, name, st, gate)
+                            self._update(dir_fd, name, st, gate, deep=deep)
                     for name in scan.unread:
                         self._add(dir_fd, name, gate)
                     missing = self._entries.keys() - scan.found.keys()  # a set operation: no loop in Python
@@ -271,18 +276,25 @@ class BucketView:
                 self._update(dir_fd, name, found[0], raw=found[1])
 
     def _update(
-        self, dir_fd: int, name: str, st: os.stat_result | None, gate: Gate | None = None, raw: bytes | None = None
+        self,
+        dir_fd: int,
+        name: str,
+        st: os.stat_result | None,
+        gate: Gate | None = None,
+        raw: bytes | None = None,
+        *,
+        deep: bool = True,
     ) -> None:
         """Apply what is now stored under ``name``: ``st`` its stat (None: read it to know), ``raw``
-        its bytes when they were read already (with ``st`` their ``fstat``)."""
+        its bytes when they were read already (with ``st`` their ``fstat``). Without ``deep`` a
+        moved mtime alone (same inode and size) is taken as a heartbeat and not read."""
         entry = self._entries.get(name)
-        if (
-            st is not None
-            and entry is not None
-            and (entry.ino, entry.size, entry.mtime_ns, entry.ctime_ns)
-            == (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-        ):
-            return
+        if st is not None and entry is not None and (entry.ino, entry.size) == (st.st_ino, st.st_size):
+            if (entry.mtime_ns, entry.ctime_ns) == (st.st_mtime_ns, st.st_ctime_ns) and not (deep and entry.unverified):
+                return
+            if not deep and entry.mtime_ns != st.st_mtime_ns:
+                self._heartbeat(entry, st)
+                return
         now = self._clock()
         # watchers were told an expired record is gone: what comes now is new to them
         old = entry.valid if entry is not None and not entry.expired else None
@@ -308,6 +320,7 @@ class BucketView:
                 self._changes += 1  # dead by the clock, alive again
             entry.ino, entry.size, entry.mtime_ns, entry.seen_at = *version, seen_at
             entry.ctime_ns = st.st_ctime_ns
+            entry.unverified = False
             if entry.expired and seen_at == now:  # its mtime moves again: alive after all
                 entry.expired = False
                 self._changes += 1
@@ -362,6 +375,19 @@ class BucketView:
         entry.valid = instance
         self._publish(Added(instance), instance)
 
+    def _heartbeat(self, entry: Entry, st: os.stat_result) -> None:
+        """A shallow scan saw the mtime of an unchanged inode and size move: alive now, content
+        taken as unchanged until a deep scan (or a notification) reads it."""
+        now = self._clock()
+        if entry.seen_at < now - self.dead_after:
+            self._changes += 1  # dead by the clock, alive again
+        entry.mtime_ns, entry.ctime_ns, entry.seen_at, entry.unverified = st.st_mtime_ns, st.st_ctime_ns, now, True
+        if entry.expired:  # its mtime moves again: alive after all
+            entry.expired = False
+            self._changes += 1
+            if entry.valid is not None:
+                self._publish(Added(entry.valid), entry.valid)
+
     def _note_unread(
         self,
         name: str,
@@ -378,7 +404,8 @@ class BucketView:
         if entry is not None and entry.problem == problem and (entry.ino, entry.size) == (st.st_ino, st.st_size):
             if seen_at != entry.seen_at and entry.seen_at < now - self.dead_after:
                 self._changes += 1  # dead by the clock, alive again
-            entry.mtime_ns, entry.seen_at = st.st_mtime_ns, seen_at  # a heartbeat: warned once is enough
+            entry.mtime_ns, entry.ctime_ns, entry.seen_at = st.st_mtime_ns, st.st_ctime_ns, seen_at  # a heartbeat
+            entry.unverified = False
             return
         self._changes += 1
         self._entries[name] = Entry(
@@ -492,6 +519,11 @@ class BucketView:
         with self.lock:
             entry = self._entries.get(name)
             return entry.ino if entry is not None else None
+
+    def inodes(self) -> dict[str, int]:
+        """The inode this view last saw under each name (one snapshot, for checking many names)."""
+        with self.lock:
+            return {name: entry.ino for name, entry in self._entries.items()}
 
     def foreign(self) -> dict[str, str]:
         """Entries of the last full scan that are neither records nor leftovers: name -> what it is."""

@@ -1,0 +1,182 @@
+"""The rescan schedule of a file-store client on inotify (issue 18: idle cost), and what it keeps.
+
+With inotify, rescans between two full scans compare only the directory listing (names and
+inodes), full scans (every ``dead_after / 2`` by default) stat every file for liveness, and only
+every ``DEEP_EVERY``-th full scan re-reads files whose mtime alone moved. Lost notifications are
+simulated by making the view ignore them (``BucketView.refresh_name`` replaced before the watch
+starts the notifier).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from discovery_sync.backends.file import backend as file_backend
+from discovery_sync.backends.file import view as file_view
+from discovery_sync.backends.file.backend import FULL, LISTING
+from discovery_sync.backends.file.view import BucketView
+
+import discovery_sync as ds
+from tests.file.junk import hand_written
+from tests.helpers import assert_quiet, endpoint_spec, initial_state, next_event
+
+
+def connect(store: Path, **options: object) -> ds.Discovery:
+    return ds.connect(f"file://{store}?" + "&".join(f"{k}={v}" for k, v in options.items()))
+
+
+@pytest.fixture
+def deaf(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every notification is lost: only rescans can see changes."""
+    monkeypatch.setattr(BucketView, "refresh_name", lambda self, name: None)
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """The names of the files views read (open and read their bytes)."""
+    names: list[str] = []
+    real = file_view.read_regular
+
+    def counting(dir_fd: int | None, name: str, limit: int) -> object:
+        names.append(name)
+        return real(dir_fd, name, limit)
+
+    monkeypatch.setattr(file_view, "read_regular", counting)
+    yield names
+
+
+def test_the_default_schedule_scans_fully_as_often_as_liveness_needs(store):
+    with connect(store) as local, connect(store, observer="polling") as polled, connect(store, ttl=30) as long:
+        assert (local.rescan_interval, local.full_scan_interval, local.dead_after) == (2.0, 5.0, 10.0)
+        # the polling observer (network filesystems): every rescan is a full one, as before
+        assert (polled.rescan_interval, polled.full_scan_interval) == (2.0, 2.0)
+        assert (long.rescan_interval, long.full_scan_interval) == (2.0, 15.0)
+        # never slower than a heartbeat: every full scan sees a live record's mtime move
+        for client in (local, long):
+            assert client.heartbeat_interval < client.full_scan_interval < client.dead_after
+
+
+def test_a_record_nobody_touches_is_removed_within_dead_after_and_one_full_scan(store):
+    # ttl 2: rescans every 2/3 s, full scans every second
+    with connect(store, ttl=2) as client:
+        record, path = hand_written(store, "orphan", 9)
+        with client.list_and_watch(ds.Query.endpoints()) as watch:
+            assert initial_state(watch)[1].instances == (record,)
+            seen_at = time.monotonic()
+            assert next_event(watch, timeout=10) == ds.Removed(record.id())
+            waited = time.monotonic() - seen_at
+        assert client.full_scan_interval == 1.0
+        assert 2.0 - client.rescan_interval <= waited <= 2.0 + 2 * client.full_scan_interval + 1.0
+        assert not path.exists()
+
+
+def test_a_record_touched_in_place_is_never_declared_dead(store):
+    with connect(store, ttl=2) as client:
+        record, path = hand_written(store, "touched", 11)
+        with client.list_and_watch(ds.Query.endpoints()) as watch:
+            initial_state(watch)
+            stop = time.monotonic() + 4 * 2.0
+            while time.monotonic() < stop:
+                os.utime(path)  # a heartbeat: only the mtime moves, no notification (no IN_ATTRIB)
+                assert_quiet(watch, 2.0 / 4)
+        assert client.list(ds.Query.endpoints()) == [record]
+        assert path.exists()
+
+
+def test_a_registered_record_of_another_client_stays_alive(store):
+    with connect(store, ttl=2) as owner, connect(store, ttl=2) as reader:
+        endpoint = owner.register(endpoint_spec())
+        with reader.list_and_watch(ds.Query.endpoints()) as watch:
+            assert initial_state(watch)[1].instances == (endpoint,)
+            assert_quiet(watch, 3 * 2.0)
+        assert reader.list(ds.Query.endpoints()) == [endpoint]
+
+
+@pytest.mark.usefixtures("deaf")
+def test_missed_creates_deletes_and_replaces_are_repaired_between_full_scans(store):
+    # full scans every 15 s: only the listing scans (every 0.2 s) can find these in time
+    with connect(store, ttl=30, rescan_interval=0.2) as client:
+        assert client.full_scan_interval == 15.0
+        with client.list_and_watch(ds.Query.endpoints()) as watch:
+            assert initial_state(watch)[1].instances == ()
+            record, path = hand_written(store, "unseen", 7)
+            assert next_event(watch) == ds.Added(record)
+            assert next_event(watch) == ds.Resync((record,))
+            # an atomic replace (a new inode) with other content
+            moved = ds.Endpoint("ns", "backend", "unseen", 7, ds.Transport.tcp("127.0.0.1:2"))
+            staged = store / "staged"
+            staged.write_bytes(ds.instance_to_json(moved))
+            os.replace(staged, path)
+            assert next_event(watch) == ds.Added(moved)
+            assert next_event(watch) == ds.Resync((moved,))
+            path.unlink()
+            assert next_event(watch) == ds.Removed(record.id())
+            assert next_event(watch) == ds.Resync(())
+            assert_quiet(watch, 1.0)
+
+
+@pytest.mark.usefixtures("deaf")
+def test_a_missed_in_place_rewrite_is_repaired_by_a_deep_scan(store, reads):
+    # the thread never runs (rescan_interval 3600): each scan is called here
+    with connect(store, ttl=30, rescan_interval=3600) as client:
+        record, path = hand_written(store, "inplace", 5)
+        with client.list_and_watch(ds.Query.endpoints()) as watch:
+            assert initial_state(watch)[1].instances == (record,)
+            # the same size, the same inode: only the mtime shows it (as a heartbeat would)
+            changed = ds.Endpoint("ns", "backend", "inplace", 5, ds.Transport.tcp("127.0.0.1:9"))
+            assert len(ds.instance_to_json(changed)) == path.stat().st_size
+            inode = path.stat().st_ino
+            with open(path, "r+b") as rewrite:
+                rewrite.write(ds.instance_to_json(changed))
+            assert path.stat().st_ino == inode
+            reads.clear()
+            for scan in (LISTING, FULL, FULL):
+                client.rescan(scan=scan)
+            assert reads == []  # taken for a heartbeat: not read
+            assert_quiet(watch, 0.2)
+            client.rescan()  # deep: read, held for the notice grace
+            time.sleep(file_backend.NOTICE_GRACE + 0.1)
+            # what the rescan thread runs next: deep, whatever its schedule, as a change is pending
+            client._scheduled_rescan()
+            assert next_event(watch) == ds.Added(changed)
+            assert next_event(watch) == ds.Resync((changed,))
+
+
+def test_full_scans_read_no_file_whose_mtime_alone_moved_and_deep_ones_read_each_once(store, reads):
+    with connect(store, ttl=30, rescan_interval=3600) as client:
+        paths = [hand_written(store, f"e{i}", i + 1)[1] for i in range(5)]
+        assert len(client.list(ds.Query.endpoints())) == 5
+        for path in paths:
+            os.utime(path)
+        reads.clear()
+        client.rescan(scan=FULL)
+        assert reads == []
+        client.rescan()
+        assert sorted(reads) == sorted(p.name for p in paths)  # verified once
+        reads.clear()
+        client.rescan()
+        assert reads == []
+
+
+def test_the_rescan_thread_re_reads_a_heartbeated_file_only_in_every_few_full_scans(store, reads, monkeypatch):
+    monkeypatch.setattr(file_backend, "DEEP_EVERY", 3)
+    # ttl 1: rescans every 1/3 s, full scans every 0.5 s, deep ones every 1.5 s
+    with connect(store, ttl=1) as client:
+        _, path = hand_written(store, "beating", 3)
+        assert len(client.list(ds.Query.endpoints())) == 1
+        stop = time.monotonic() + 1.0
+        while time.monotonic() < stop:  # past the first (deep) scan
+            os.utime(path)
+            time.sleep(0.1)
+        reads.clear()
+        stop = time.monotonic() + 3.0
+        while time.monotonic() < stop:
+            os.utime(path)
+            time.sleep(0.1)
+        # every rescan re-read it before: 9 in 3 s; now only deep scans do (2, maybe 3)
+        assert 1 <= len(reads) <= 3, reads
+        assert client.list(ds.Query.endpoints())
