@@ -25,7 +25,7 @@ from .identity import (
 from .jsonsafe import storable
 from .scope import EndpointId, EventScope
 from .transports import EventTransport, Transport
-from .validation import require, require_object
+from .validation import RequiredFields, require, require_object
 
 REQUEST_PLANE_CODECS = ("json", "msgpack")
 
@@ -103,14 +103,15 @@ class Endpoint(_ServedOnEndpoint):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Endpoint:
+        namespace, component, endpoint, instance_id, transport = _ENDPOINT_FIELDS.of(data)
         return cls(
-            namespace=require(data, "namespace", "Endpoint"),
-            component=require(data, "component", "Endpoint"),
-            endpoint=require(data, "endpoint", "Endpoint"),
-            instance_id=require(data, "instance_id", "Endpoint"),
-            transport=Transport.from_json_value(require(data, "transport", "Endpoint")),
-            device_type=data.get("device_type"),
-            request_plane_codec=data.get("request_plane_codec"),
+            namespace,
+            component,
+            endpoint,
+            instance_id,
+            Transport.from_json_value(transport),
+            data.get("device_type"),
+            data.get("request_plane_codec"),
         )
 
 
@@ -154,14 +155,8 @@ class Model(_ServedOnEndpoint):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Model:
-        return cls(
-            namespace=require(data, "namespace", "Model"),
-            component=require(data, "component", "Model"),
-            endpoint=require(data, "endpoint", "Model"),
-            instance_id=require(data, "instance_id", "Model"),
-            card_json=require(data, "card_json", "Model"),
-            model_suffix=data.get("model_suffix"),
-        )
+        namespace, component, endpoint, instance_id, card_json = _MODEL_FIELDS.of(data)
+        return cls(namespace, component, endpoint, instance_id, card_json, data.get("model_suffix"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,12 +199,8 @@ class EventChannel(_Record):
             namespace = require(data, "namespace", "EventChannel")
             component = data.get("component") or None
             scope = EventScope(namespace, component)
-        return cls(
-            scope=scope,
-            topic=require(data, "topic", "EventChannel"),
-            instance_id=require(data, "instance_id", "EventChannel"),
-            transport=EventTransport.from_dict(require(data, "transport", "EventChannel")),
-        )
+        topic, instance_id, transport = _EVENT_CHANNEL_FIELDS.of(data)
+        return cls(scope, topic, instance_id, EventTransport.from_dict(transport))
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,12 +240,8 @@ class EventSource(_Record):
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EventSource:
-        return cls(
-            scope=EventScope.from_dict(require(data, "scope", "EventSource")),
-            topic=require(data, "topic", "EventSource"),
-            publisher_id=require(data, "publisher_id", "EventSource"),
-            metadata=_or_empty(data.get("metadata")),
-        )
+        scope, topic, publisher_id = _EVENT_SOURCE_FIELDS.of(data)
+        return cls(EventScope.from_dict(scope), topic, publisher_id, _or_empty(data.get("metadata")))
 
 
 DiscoveryInstance = Endpoint | Model | EventChannel | EventSource
@@ -264,6 +251,11 @@ def _or_empty(metadata: Any) -> Any:
     """Absent or null metadata is an empty object; anything else is validated as given."""
     return {} if metadata is None else metadata
 
+
+_ENDPOINT_FIELDS = RequiredFields("Endpoint", "namespace", "component", "endpoint", "instance_id", "transport")
+_MODEL_FIELDS = RequiredFields("Model", "namespace", "component", "endpoint", "instance_id", "card_json")
+_EVENT_CHANNEL_FIELDS = RequiredFields("EventChannel", "topic", "instance_id", "transport")
+_EVENT_SOURCE_FIELDS = RequiredFields("EventSource", "scope", "topic", "publisher_id")
 
 _TYPES: dict[str, type[Endpoint] | type[Model] | type[EventChannel] | type[EventSource]] = {
     "Endpoint": Endpoint,

@@ -69,6 +69,8 @@ def wait_timeout(value: Any, label: str) -> float | None:
     means without limit, a negative number means not at all; NaN and non-numbers are refused."""
     if value is None:
         return None
+    if type(value) in (int, float) and 0 <= value < threading.TIMEOUT_MAX:  # the usual timeouts (NaN fails)
+        return float(value)
     accepted = "a number of seconds, or None to wait without limit"
     seconds = _number(value, label, accepted)
     if isinstance(value, str) or math.isnan(seconds):

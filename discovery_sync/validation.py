@@ -5,6 +5,7 @@ Every failure raises ValidationError with a message that names the field and say
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 from .errors import ValidationError
@@ -20,6 +21,13 @@ def check_name(value: Any, field: str, *, allow_slash: bool = True) -> str:
     Names that become unencoded path segments (endpoint and model identities) must not
     contain '/', because the reference runtime would split them apart when parsing.
     """
+    if (  # the usual names: plain ASCII, each character one byte
+        type(value) is str
+        and value.isascii()
+        and 0 < len(value) <= MAX_NAME_BYTES
+        and (allow_slash or "/" not in value)
+    ):
+        return value
     if not isinstance(value, str):
         raise ValidationError(f"{field} must be a string, got {type(value).__name__}")
     if not value:
@@ -68,6 +76,27 @@ def require(data: dict[str, Any], key: str, kind: str) -> Any:
         raise ValidationError(f"{kind} record is missing the field {key!r}") from None
     except TypeError:
         raise ValidationError(f"{kind} record must be a JSON object, got {type(data).__name__}") from None
+
+
+class RequiredFields:
+    """The fields a record of one kind must have, read from its JSON object in one step (a
+    parser calls this per record read: one C call instead of one Python call per field)."""
+
+    __slots__ = ("_get", "_kind")
+
+    def __init__(self, kind: str, first: str, second: str, *more: str) -> None:
+        self._kind = kind
+        self._get = operator.itemgetter(first, second, *more)
+
+    def of(self, data: dict[str, Any]) -> tuple[Any, ...]:
+        """The fields' values in order; ValidationError naming the first one missing."""
+        try:
+            values: tuple[Any, ...] = self._get(data)
+        except KeyError as missing:
+            raise ValidationError(f"{self._kind} record is missing the field {missing.args[0]!r}") from None
+        except TypeError:
+            raise ValidationError(f"{self._kind} record must be a JSON object, got {type(data).__name__}") from None
+        return values
 
 
 def require_object(value: Any, field: str) -> dict[str, Any]:

@@ -212,6 +212,10 @@ class WatchFeed:
 
     def _after_take(self) -> None:
         """Called by the consumer after each event: recover from lag once the queue is drained."""
+        # read without the lock: a watch turns lagged only while events are queued, and the
+        # consumer comes back here after taking each of them
+        if not self._lagged:
+            return
         with self._lock:
             if not self._lagged or self._queued or self._pending:
                 return
