@@ -9,13 +9,14 @@ from __future__ import annotations
 import contextlib
 import secrets
 import threading
+from collections.abc import Iterable
 from typing import Any
 
 from discovery_sync.broadcast import FeedSet
 from discovery_sync.discovery import Discovery
 from discovery_sync.events import Removed
 from discovery_sync.identity import DiscoveryInstanceId, RecordKind
-from discovery_sync.model import DiscoveryInstance
+from discovery_sync.model import DiscoveryInstance, Endpoint, Model
 from discovery_sync.options import OptionSet, boolean, optional, uint64
 from discovery_sync.queries import Query
 from discovery_sync.reconcile import apply
@@ -28,6 +29,10 @@ class MemoryRegistry:
     def __init__(self) -> None:
         self.lock = threading.RLock()
         self._records: dict[DiscoveryInstanceId, DiscoveryInstance] = {}
+        # the same records by kind, and by endpoint (or event scope and topic): a query names one
+        # of these, so list() and a watch's start cost what they return, not the registry's size
+        self._by_kind: dict[RecordKind, dict[DiscoveryInstanceId, DiscoveryInstance]] = {k: {} for k in RecordKind}
+        self._by_group: dict[tuple[Any, ...], dict[DiscoveryInstanceId, DiscoveryInstance]] = {}
         self._feeds = FeedSet()
 
     def get(self, instance_id: DiscoveryInstanceId) -> DiscoveryInstance | None:
@@ -46,27 +51,59 @@ class MemoryRegistry:
             self._store(self._records.get(instance.id()), instance)
 
     def _store(self, old: DiscoveryInstance | None, new: DiscoveryInstance) -> None:
-        self._records[new.id()], event, _ = apply(old, new)
+        instance_id = new.id()
+        stored, event, _ = apply(old, new)
+        self._records[instance_id] = self._by_kind[new.kind][instance_id] = stored
+        self._by_group.setdefault(_group_of(new), {})[instance_id] = stored
         if event is not None:
-            self._feeds.publish(event, self._records[new.id()])
+            self._feeds.publish(event, stored)
 
     def delete(self, instance_id: DiscoveryInstanceId) -> None:
         with self.lock:
-            if self._records.pop(instance_id, None) is not None:
-                self._feeds.publish(Removed(instance_id), None)
+            instance = self._records.pop(instance_id, None)
+            if instance is None:
+                return
+            del self._by_kind[instance.kind][instance_id]
+            group = _group_of(instance)
+            members = self._by_group[group]
+            del members[instance_id]
+            if not members:
+                del self._by_group[group]
+            self._feeds.publish(Removed(instance_id), None)
 
     def list(self, query: Query) -> list[DiscoveryInstance]:
         with self.lock:
-            return [i for i in self._records.values() if query.matches(i)]
+            return [i for i in self._candidates(query) if query.matches(i)]
 
     def open_feed(self, feed: WatchFeed) -> None:
         with self.lock:
-            feed.start(self._records.values())
+            feed.start(self._candidates(feed.query))
             self._feeds.add(feed)
+
+    def _candidates(self, query: Query) -> Iterable[DiscoveryInstance]:
+        """The records ``query`` may match: one group when it names one, else its kind's."""
+        group = _group_of_query(query)
+        if group is not None:
+            return self._by_group.get(group, {}).values()
+        return self._by_kind[query.kind].values()
 
     def __len__(self) -> int:
         with self.lock:
             return len(self._records)
+
+
+def _group_of(instance: DiscoveryInstance) -> tuple[Any, ...]:
+    if isinstance(instance, (Endpoint, Model)):
+        return (instance.kind, instance.namespace, instance.component, instance.endpoint)
+    return (instance.kind, instance.scope, instance.topic)
+
+
+def _group_of_query(query: Query) -> tuple[Any, ...] | None:
+    """The group holding every record ``query`` selects, when it names a whole one."""
+    if query.kind in (RecordKind.ENDPOINT, RecordKind.MODEL):
+        names = (query.namespace, query.component, query.endpoint)
+        return (query.kind, *names) if None not in names else None
+    return (query.kind, query.scope, query.topic) if query.scope is not None and query.topic is not None else None
 
 
 _registries: dict[str, MemoryRegistry] = {}
