@@ -273,6 +273,11 @@ class Discovery(abc.ABC):
         """The records matching ``query`` now, in a stable order."""
         _check_query(query)
         self._check_open()
+        return self._list_ordered(query)
+
+    def _list_ordered(self, query: Query) -> builtins.list[DiscoveryInstance]:
+        """:meth:`list` of a checked query: :meth:`_list` filtered and ordered (a backend that
+        keeps ordered results overrides this)."""
         return list(ordered(i for i in self._list(query) if query.matches(i)))
 
     def list_and_watch(self, query: Query, *, queue_size: int = DEFAULT_WATCH_QUEUE_SIZE) -> Watch:

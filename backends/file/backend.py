@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from discovery_sync.broadcast import FeedSet
-from discovery_sync.discovery import CollectedGarbage, Discovery, _check_query
+from discovery_sync.discovery import CollectedGarbage, Discovery
 from discovery_sync.errors import BackendUnavailable, DiscoveryError, ValidationError
 from discovery_sync.events import DiscoveryEvent
 from discovery_sync.identity import DiscoveryInstanceId, RecordKind
@@ -368,15 +368,11 @@ class FileDiscovery(Discovery):
         except OSError as exc:
             raise BackendUnavailable(f"cannot delete {instance_id.to_path()}: {exc}") from exc
 
-    def list(self, query: Query) -> builtins.list[DiscoveryInstance]:
-        """The records matching ``query`` now, in a stable order (:meth:`Discovery.list`).
-
-        Every call reads the directory (a write finished before the call is in its result);
-        files whose directory entry shows what the view knows are not read again, and when the
-        bucket did not change the ordered result of the last call of the same query is reused
-        (:meth:`BucketView.listed`)."""
-        _check_query(query)
-        self._check_open()
+    def _list_ordered(self, query: Query) -> builtins.list[DiscoveryInstance]:
+        """Every :meth:`list` reads the directory (a write finished before the call is in its
+        result); files whose directory entry shows what the view knows are not read again, and
+        when the bucket did not change the ordered result of the last call of the same query is
+        reused (:meth:`BucketView.listed`)."""
         view, prefix = self._refreshed(query)
         return builtins.list(view.listed(prefix, query, skip=self._owned_names(query.kind)))
 
