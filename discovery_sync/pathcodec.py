@@ -56,8 +56,11 @@ def encode_filename(text: str) -> str:
 
     ValidationError when ``text`` is not a str of valid Unicode (no lone surrogates).
     """
-    if isinstance(text, str) and _COMMON_KEY.fullmatch(text):  # the usual keys: a few replaces, not a pass per byte
-        return text.replace("/", "%2F").replace("-", "%2D").replace("_", "%5F").replace(".", "%2E")
+    if isinstance(text, str) and text.isascii():  # the usual keys: a few replaces, not a pass per byte
+        if text.replace("/", "").isalnum():
+            return text.replace("/", "%2F")
+        if _COMMON_KEY.fullmatch(text):
+            return text.replace("/", "%2F").replace("-", "%2D").replace("_", "%5F").replace(".", "%2E")
     return "".join(_FILENAME_TABLE[b] for b in _utf8(text))
 
 

@@ -373,7 +373,8 @@ class BucketView:
             entry.problem = str(exc)  # reported by warn_pending(), once it has settled
             return
         entry.valid = instance
-        self._publish(Added(instance), instance)
+        if self._publish is not _unheard:  # a first scan nobody listens to builds no events
+            self._publish(Added(instance), instance)
 
     def _heartbeat(self, entry: Entry, st: os.stat_result) -> None:
         """A shallow scan saw the mtime of an unchanged inode and size move: alive now, content
