@@ -10,7 +10,10 @@ a temporary directory under /tmp; then a reader process of its own measures, ``-
 * ``warm_list``: ``list()`` again by that client (median of ``--warm`` calls per run), the store
   unchanged: it still lists the directory, but reads no file;
 * ``initial_sync``: ``list_and_watch()`` by another client just connected, until its first
-  ``Resync`` (the notifier's start included).
+  ``Resync`` (the notifier's start included);
+* ``floor``: what no reader can avoid, for scale on this machine: list the directory, then open,
+  read, close and ``orjson.loads`` every file, in a plain loop. ``cold_over_floor`` is the cold
+  ``list()``'s median wall time over this one's (a machine with slower system calls raises both).
 
 Each is reported as the median over the runs of wall milliseconds (``perf_counter``) and CPU
 milliseconds (``process_time``: every thread of the reader, so the client's own heartbeat and
@@ -110,11 +113,29 @@ def _initial_sync(ds: Any, url: str, records: int) -> tuple[float, float]:
     return wall, cpu
 
 
+def _floor(bucket: Path, records: int) -> tuple[float, float]:
+    """A plain loop that lists ``bucket`` and opens, reads, closes and parses every file."""
+    import orjson
+
+    def read_all() -> int:
+        parsed = 0
+        for entry in os.scandir(bucket):
+            with open(entry.path, "rb") as file:
+                orjson.loads(file.read())
+            parsed += 1
+        return parsed
+
+    wall, cpu, parsed = _timed(read_all)
+    if parsed != records:
+        raise RuntimeError(f"the floor loop read {parsed} files of {records}")
+    return wall, cpu
+
+
 def read_store(store: Path, records: int, runs: int, warm: int, source: str) -> dict[str, Any]:
     """The reader process: every measurement of one store (see the module docstring)."""
     ds = _import_library(source)
     url = f"file://{store}?ttl={TTL}"
-    cold, hot, sync = [], [], []
+    cold, hot, sync, floor = [], [], [], []
     rss_per_record = None
     for _ in range(runs):
         first, warm_median, grown = _lists(ds, url, records, warm)
@@ -123,11 +144,16 @@ def read_store(store: Path, records: int, runs: int, warm: int, source: str) -> 
         if rss_per_record is None:
             rss_per_record = round(grown * 1024 / records, 1)
         sync.append(_initial_sync(ds, url, records))
+        floor.append(_floor(store / "v1" / "instances", records))
+    cold_list = _summary(cold, records)
+    floor_summary = _summary(floor, records)
     return {
         "records": records,
-        "cold_list": _summary(cold, records),
+        "cold_list": cold_list,
         "warm_list": _summary(hot, records),
         "initial_sync": _summary(sync, records),
+        "floor": floor_summary,
+        "cold_over_floor": round(cold_list["wall_ms"] / floor_summary["wall_ms"], 2),
         "rss_bytes_per_record": rss_per_record,
     }
 
@@ -161,6 +187,13 @@ def _run(python: str, source: str, *args: str) -> dict[str, Any]:
     return result
 
 
+def measure(tmp: Path, name: str, size: int, runs: int, warm: int, source: str) -> dict[str, Any]:
+    """A store of ``size`` records written at ``tmp/name`` and measured, each in a process of its own."""
+    store = tmp / name
+    _run(sys.executable, source, "populate", str(store), str(size))
+    return _run(sys.executable, source, "read", str(store), str(size), str(runs), str(warm))
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] and argv[0] in ("populate", "read"):
@@ -177,10 +210,8 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="ds-file-reads-") as tmp:
         for size in [int(size) for size in args.records.split(",")]:
             for source in sources:
-                store = Path(tmp) / f"store-{len(results[source])}-{sources.index(source)}"
-                _run(sys.executable, source, "populate", str(store), str(size))
-                measured = _run(sys.executable, source, "read", str(store), str(size), str(args.runs), str(args.warm))
-                results[source].append(measured)
+                name = f"store-{len(results[source])}-{sources.index(source)}"
+                results[source].append(measure(Path(tmp), name, size, args.runs, args.warm, source))
     load = os.getloadavg()
     report = {
         "python_version": sys.version.split()[0],

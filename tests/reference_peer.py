@@ -82,6 +82,25 @@ class Peer:
                 return {"seen": False, "ids": sorted(ids)}
             await asyncio.sleep(0.0002)
 
+    async def cmd_wait_count(self, endpoint: str, count: int, timeout: float = 60.0, interval: float = 0.01) -> dict:
+        """Create the endpoint's client now and poll how many instances it knows every ``interval``
+        seconds (coarse, so that polling a large view does not compete with the runtime for the CPU)
+        until it knows ``count``; ``at_ns`` is when it was seen, on CLOCK_MONOTONIC."""
+        started = time.monotonic_ns()
+        client = await self.client(endpoint)
+        deadline = time.monotonic() + timeout
+        while True:
+            known = len(client.instance_ids())
+            if known >= count:
+                return {"seen": True, "started_ns": started, "at_ns": time.monotonic_ns(), "known": known}
+            if time.monotonic() > deadline:
+                return {"seen": False, "started_ns": started, "known": known}
+            await asyncio.sleep(interval)
+
+    async def cmd_ping(self) -> dict:
+        """Answers once the runtime is up (it is created before the first command is read)."""
+        return {}
+
     async def cmd_register_instance(self, endpoint: str) -> dict:
         started = time.monotonic_ns()
         await self.endpoint(endpoint).register_endpoint_instance()
