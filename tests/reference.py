@@ -99,9 +99,9 @@ class RustPeer:
         self.process.stdin.write(json.dumps({"cmd": cmd, **args}) + "\n")
         self.process.stdin.flush()
 
-    def receive(self, cmd: str = "command") -> dict[str, Any]:
+    def receive(self, cmd: str = "command", timeout: float = REPLY_TIMEOUT) -> dict[str, Any]:
         try:
-            line = self._replies.get(timeout=REPLY_TIMEOUT)
+            line = self._replies.get(timeout=timeout)
         except queue.Empty:
             line = ""
         if not line:
