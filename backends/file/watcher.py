@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -73,6 +74,28 @@ def _name_reader_thread(emitter: threading.Thread, name: str) -> None:
     emitter.on_thread_start = on_thread_start  # type: ignore[attr-defined]
 
 
+DISPATCHER_WAIT = 5.0  # seconds a new inotify reader may take to start its dispatcher thread
+
+
+def _name_dispatcher(reader: threading.Thread, name: str) -> None:
+    """Name the thread to which watchdog 7's inotify reader hands what it reads: the reader
+    starts it first thing in its ``run()``, already under way when the observer's ``schedule()``
+    returns, so it is found (by its target) once it exists, waiting at most DISPATCHER_WAIT.
+    Older watchdogs have no such thread."""
+    target = getattr(reader, "_dispatch_raw_buffers", None)
+    if target is None:
+        return
+    deadline = time.monotonic() + DISPATCHER_WAIT
+    while True:
+        for thread in threading.enumerate():
+            if getattr(thread, "_target", None) == target:
+                thread.name = name
+                return
+        if not reader.is_alive() or time.monotonic() > deadline:
+            return
+        time.sleep(0.001)  # only while a new reader starts: microseconds
+
+
 class DirectoryNotifier:
     """Watches several directories (non-recursively) and reports changed file names."""
 
@@ -112,6 +135,8 @@ class DirectoryNotifier:
         except BaseException:
             observer.stop()  # also stops that reader thread
             raise
+        if isinstance(reader, threading.Thread):
+            _name_dispatcher(reader, "discovery-sync-file-inotify-dispatcher")
         self._observer = observer
 
     def _make_observer(self) -> BaseObserver:
@@ -125,6 +150,9 @@ class DirectoryNotifier:
 
     def is_alive(self) -> bool:
         if self._observer is None:
+            return False
+        reader = getattr(self._observer, "_inotify_fd", None)  # watchdog 7: one reader per observer
+        if isinstance(reader, threading.Thread) and not reader.is_alive():
             return False
         return self._observer.is_alive() and all(e.is_alive() for e in self._observer.emitters)
 
