@@ -57,7 +57,7 @@ from .options import DEFAULT_TTL, OPTIONS, store_path
 from .permissions import unsafe
 from .softlock import DEFAULT_STALE_AFTER
 from .sweep import Sweeper
-from .view import BucketView, Content
+from .view import BucketView, Content, Touched
 from .watcher import DirectoryNotifier
 from .wire import (
     DEFAULT_MAX_RECORD_BYTES,
@@ -218,7 +218,7 @@ class FileDiscovery(Discovery):
             on_error=self._rescan_error,
             on_crash=self._thread_crashed,
         )
-        liveness = Heartbeat(
+        self._liveness = liveness = Heartbeat(
             self.layout,
             self._buckets,
             self.heartbeat_interval,
@@ -673,6 +673,7 @@ class FileDiscovery(Discovery):
             gate=lambda name, content: _confirm(name, content, previous, current, scanned_at, self._notice_grace),
             quick=scan == LISTING,
             deep=scan == DEEP,
+            touched=self._touched(owned) if scan == FULL else None,
         )
         if missed:
             log.info(
@@ -697,6 +698,15 @@ class FileDiscovery(Discovery):
                 self._removed_by_rescan.extend(removed[:MAX_REMEMBERED_REMOVALS])
                 del self._removed_by_rescan[:-MAX_REMEMBERED_REMOVALS]
         self._restore_replaced(view, owned)
+
+    def _touched(self, owned: dict[DiscoveryInstanceId, str]) -> Touched | None:
+        """This client's files of one bucket as its heartbeat keeps them (``owned``: id -> name),
+        for a shallow scan that need not stat them; None before the first completed beat."""
+        beaten_at = self._liveness.beaten_at
+        if beaten_at is None or not owned:
+            return None
+        written = self._written  # changed by API calls meanwhile: one get() per record
+        return Touched({name: inode for i, name in owned.items() if (inode := written.get(i)) is not None}, beaten_at)
 
     def _restore_replaced(self, view: BucketView, owned: dict[DiscoveryInstanceId, str]) -> None:
         """Write back this client's records (``owned``: id -> name) whose file another writer

@@ -9,6 +9,8 @@ back replaced records, is woken instead.
 A touch is one ``utimensat`` of the name relative to the bucket's descriptor, symlinks not
 followed: no file is opened. The names are encoded once per record (:class:`OwnedNames`) and the
 bucket's descriptor is taken once per beat, so a beat costs little more than its system calls.
+:attr:`Heartbeat.beaten_at` tells the rescans when the last completed beat began: a shallow scan
+need not stat this client's own files to know they are alive (:class:`.view.Touched`).
 Descriptors kept open per record (``futimens``) were rejected: 10,000 records would need 10,000
 descriptors (the default limit is 1,024), and a descriptor of a file another writer replaced or
 removed would keep touching the old inode, hiding that the name is no longer ours.
@@ -17,6 +19,7 @@ removed would keep touching the old inode, hiding that the name is no longer our
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
 
 from discovery_sync.identity import DiscoveryInstanceId, RecordKind
@@ -77,9 +80,12 @@ class Heartbeat:
         self._names = names
         self._write_back = write_back
         self._refused = refused
+        # monotonic time when the last beat that touched every file it could began (None: none yet)
+        self.beaten_at: float | None = None
 
     def beat(self) -> None:
         """Touch every file of this client; write back the ones that are gone."""
+        began = time.monotonic()
         owned = self._owned()
         self._names.prune(owned)
         by_kind: dict[RecordKind, list[tuple[str, DiscoveryInstance]]] = {}
@@ -95,6 +101,7 @@ class Heartbeat:
                     "record %s was removed from the store while this client is alive; wrote it again",
                     self.layout.path_of(instance.id()),
                 )
+        self.beaten_at = began
 
     def error(self, exc: BaseException) -> bool:
         """Log a failed beat; retried every interval (a record outlives a few: ttl = 3 intervals at least)."""

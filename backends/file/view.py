@@ -10,7 +10,10 @@ while the view did not change (:meth:`BucketView.listed`). A *shallow* scan
 (``refresh(deep=False)``, the rescans of a client whose notifier sees every write of this host:
 inotify) does not even re-read a file whose mtime moved on the same inode and size: it takes
 that as a heartbeat (liveness) and leaves the file marked unverified; the next deep scan reads
-it, in case that was an in-place rewrite of the same size whose notification was lost.
+it, in case that was an in-place rewrite of the same size whose notification was lost. A
+shallow scan of a client that holds records does not stat its own files either, while the
+listing shows the inode it wrote and its heartbeat is beating (:class:`Touched`): it knows when
+it touched them.
 
 Liveness (docs/design.md §6): a record is dead when its mtime has not changed for ``dead_after``
 seconds *of this reader's monotonic clock* (the TTL plus the mount's cache window), counted
@@ -38,8 +41,9 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from discovery_sync.errors import ValidationError
 from discovery_sync.events import Added, DiscoveryEvent, Removed
@@ -106,12 +110,22 @@ class _Listed:
     records: tuple[DiscoveryInstance, ...]
 
 
+class Touched(NamedTuple):
+    """This client's own files, as its heartbeat keeps them: ``inodes`` maps each file name to
+    the inode this client wrote, and every one of them still under that inode was touched after
+    ``at`` (the reader's monotonic clock: when the last completed beat began)."""
+
+    inodes: Mapping[str, int]
+    at: float
+
+
 @dataclass(slots=True)
 class _Scan:
     found: dict[str, os.stat_result | None]  # None: unchanged as far as the listing shows, or new (see unread)
     unread: list[str]  # regular files with record names the view does not know yet: read, not stat'ed
     leftovers: dict[str, os.stat_result]
     foreign: dict[str, str]  # name -> what it is
+    touched: list[str]  # this client's own files, under the inode it wrote (not stat'ed)
 
 
 class BucketView:
@@ -171,6 +185,7 @@ class BucketView:
         gate: Gate | None = None,
         quick: bool = False,
         deep: bool = True,
+        touched: Touched | None = None,
     ) -> None:
         """Scan the directory (names starting with ``name_prefix``) and publish what changed.
 
@@ -187,7 +202,11 @@ class BucketView:
         it by more than the filesystem's timestamp granularity (:func:`settled`).
 
         Without ``deep``, a file whose inode and size are unchanged and whose mtime moved is not
-        re-read (see the module docstring); a deep scan re-reads those left unverified.
+        re-read (see the module docstring); a deep scan re-reads those left unverified. Such a
+        shallow scan also takes ``touched``, this client's own files: one whose listing shows the
+        inode this client wrote, the one the view holds, is not stat-ed but taken as alive at
+        ``touched.at`` (a file replaced by another writer has another inode; an in-place rewrite
+        keeps it, and waits for its notification or the next deep scan).
 
         Raises OSError (or SymlinkRefused) only when the directory itself cannot be read; with
         ``missing_is_empty`` a missing directory is closed and every record of it published
@@ -202,7 +221,8 @@ class BucketView:
                 dir_st = os.fstat(dir_fd)
                 state = (dir_st.st_ino, dir_st.st_mtime_ns, dir_st.st_ctime_ns)
                 trusted = quick and self._unchanged.get(name_prefix) == state
-                scan = _scan(dir_fd, name_prefix, self._entries, trusted, full)
+                own = touched.inodes if touched is not None and full and not deep else None
+                scan = _scan(dir_fd, name_prefix, self._entries, trusted, full, own)
             except (FileNotFoundError, DirectoryClosed):
                 if not self.missing_is_empty:
                     raise
@@ -223,6 +243,9 @@ class BucketView:
                             self._update(dir_fd, name, st, gate, deep=deep)
                     for name in scan.unread:
                         self._add(dir_fd, name, gate)
+                    if scan.touched:
+                        assert touched is not None  # only its files are in scan.touched
+                        self._kept_alive(scan.touched, touched.at)
                     missing = self._entries.keys() - scan.found.keys()  # a set operation: no loop in Python
                     for name in (
                         [n for n in self._entries if n in missing and n.startswith(name_prefix)] if missing else []
@@ -388,6 +411,24 @@ class BucketView:
             self._changes += 1
             if entry.valid is not None:
                 self._publish(Added(entry.valid), entry.valid)
+
+    def _kept_alive(self, names: list[str], touched_at: float) -> None:
+        """This client's heartbeat touched these files of its own after ``touched_at``: alive then
+        (their mtime and content, unchanged as far as the listing shows, are not looked at)."""
+        alive_since = self._clock() - self.dead_after
+        alive = touched_at >= alive_since
+        for name in names:
+            entry = self._entries.get(name)
+            if entry is None or entry.seen_at >= touched_at:
+                continue
+            if alive and entry.seen_at < alive_since:
+                self._changes += 1  # dead by the clock, alive again
+            entry.seen_at = touched_at
+            if entry.expired and alive:
+                entry.expired = False
+                self._changes += 1
+                if entry.valid is not None:
+                    self._publish(Added(entry.valid), entry.valid)
 
     def _note_unread(
         self,
@@ -584,12 +625,21 @@ def _gone(dir_fd: int, name: str) -> bool:
         return False
 
 
-def _scan(dir_fd: int, name_prefix: str, known: dict[str, Entry], quick: bool, full: bool) -> _Scan:
+def _scan(
+    dir_fd: int,
+    name_prefix: str,
+    known: dict[str, Entry],
+    quick: bool,
+    full: bool,
+    own: Mapping[str, int] | None = None,
+) -> _Scan:
     """Regular files with record names (and the prefix) in the directory. Known ones come with
     their stat, or with ``quick`` None when the listing shows the known inode (not stat'ed); new
-    ones are listed in ``unread`` (opening them tells all a stat would). A ``full`` scan also
-    collects leftover files and foreign entries."""
-    scan = _Scan({}, [], {}, {})
+    ones are listed in ``unread`` (opening them tells all a stat would). ``own``: this client's
+    files (name -> the inode it wrote); one whose listing and view show that inode is listed in
+    ``touched`` instead of being stat-ed. A ``full`` scan also collects leftover files and
+    foreign entries."""
+    scan = _Scan({}, [], {}, {}, [])
     with listing(dir_fd) as entries:
         for entry in entries:
             name = entry.name
@@ -598,6 +648,10 @@ def _scan(dir_fd: int, name_prefix: str, known: dict[str, Entry], quick: bool, f
                 candidate = not name_prefix or name.startswith(name_prefix)
                 if candidate and quick and cached.ino == entry.inode():
                     scan.found[name] = None
+                    continue
+                if own is not None and candidate and own.get(name) == cached.ino == entry.inode():
+                    scan.found[name] = None
+                    scan.touched.append(name)
                     continue
             else:
                 candidate = name.startswith(name_prefix) and not name.startswith(".") and may_be_record(name)

@@ -9,6 +9,7 @@ starts the notifier).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Iterator
@@ -18,9 +19,11 @@ import pytest
 from discovery_sync.backends.file import backend as file_backend
 from discovery_sync.backends.file import view as file_view
 from discovery_sync.backends.file.backend import FULL, LISTING
+from discovery_sync.backends.file.names import record_name
 from discovery_sync.backends.file.view import BucketView
 
 import discovery_sync as ds
+from discovery_sync.identity import RecordKind
 from tests.file.junk import hand_written
 from tests.helpers import assert_quiet, endpoint_spec, initial_state, next_event
 
@@ -180,3 +183,54 @@ def test_the_rescan_thread_re_reads_a_heartbeated_file_only_in_every_few_full_sc
         # every rescan re-read it before: 9 in 3 s; now only deep scans do (2, maybe 3)
         assert 1 <= len(reads) <= 3, reads
         assert client.list(ds.Query.endpoints())
+
+
+@pytest.fixture
+def stat_checked(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """The names whose stat a scan handed to the view (a file the scan took as unchanged, or as
+    one of the client's own kept alive, is not among them)."""
+    names: list[str] = []
+    real = BucketView._update
+
+    def counting(self: BucketView, dir_fd: int, name: str, st: os.stat_result | None, *args, **kwargs) -> None:
+        if st is not None:
+            names.append(name)
+        real(self, dir_fd, name, st, *args, **kwargs)
+
+    monkeypatch.setattr(BucketView, "_update", counting)
+    yield names
+
+
+def test_a_full_scan_takes_the_holders_own_files_as_alive_without_stating_them(store, stat_checked):
+    # ttl 30: a beat every 10 s, a full scan every 15 s; the test runs both itself
+    with connect(store, ttl=30) as holder:
+        mine = [holder.register(endpoint_spec(endpoint=f"mine{i}", port=9000 + i)) for i in range(3)]
+        my_names = {record_name(record.id()) for record in mine}
+        other, other_path = hand_written(store, "other", 9)
+        assert len(holder.list(ds.Query.endpoints())) == 4  # the view knows every file
+        holder._liveness.beat()
+        beaten_at = holder._liveness.beaten_at
+        entries = holder._views[RecordKind.ENDPOINT]._entries
+        stat_checked.clear()
+        holder.rescan(scan=FULL)
+        assert stat_checked == [other_path.name]  # its own files: the listing's inode was enough
+        assert all(entries[name].seen_at == beaten_at for name in my_names)
+        assert sorted(holder.list(ds.Query.endpoints()), key=lambda r: r.endpoint) == sorted(
+            [*mine, other], key=lambda r: r.endpoint
+        )
+
+        # one of its files replaced by another writer: another inode, stat-ed (its write-back, once
+        # the change has stood the notice grace, is test_hostile_store's)
+        replaced = store / "v1" / "instances" / record_name(mine[0].id())
+        stranger = replaced.with_name(".stranger")
+        impostor = dataclasses.replace(mine[0], transport=ds.Transport.tcp("10.0.0.1:1"))
+        stranger.write_bytes(ds.instance_to_json(impostor))
+        os.replace(stranger, replaced)
+        stat_checked.clear()
+        holder.rescan(scan=FULL)
+        assert sorted(stat_checked) == sorted([other_path.name, replaced.name])
+
+        # a deep scan stats every file, its own included
+        stat_checked.clear()
+        holder.rescan()
+        assert set(stat_checked) == my_names | {other_path.name}
