@@ -4,8 +4,8 @@ A file is re-read only when its (inode, size, mtime, ctime) changed, and re-pars
 its bytes changed (the view keeps a digest of them, not a copy), so a rescan of an unchanged
 store costs one ``stat`` per file. Atomic writers give every new content a new inode (or, on a
 freed inode the filesystem hands out again, a new ctime, which no ``utime`` can set back); a
-heartbeat only moves the mtime (and with it the ctime). ``list()`` stats no file of a directory
-that did not change since its last scan (``refresh(quick=True)``), and reuses its ordered result
+heartbeat only moves the mtime (and with it the ctime). ``list()`` neither lists nor stats a
+directory that did not change since its last scan (``refresh(quick=True)``), and reuses its ordered result
 while the view did not change (:meth:`BucketView.listed`). A *shallow* scan
 (``refresh(deep=False)``, the rescans of a client whose notifier sees every write of this host:
 inotify) does not even re-read a file whose mtime moved on the same inode and size: it takes
@@ -121,7 +121,7 @@ class Touched(NamedTuple):
 
 @dataclass(slots=True)
 class _Scan:
-    found: dict[str, os.stat_result | None]  # None: unchanged as far as the listing shows, or new (see unread)
+    found: dict[str, os.stat_result | None]  # None: new (see unread), or one of touched
     unread: list[str]  # regular files with record names the view does not know yet: read, not stat'ed
     leftovers: dict[str, os.stat_result]
     foreign: dict[str, str]  # name -> what it is
@@ -193,13 +193,15 @@ class BucketView:
         (content None for a vanished file) may hold a content change back: it is then left for a
         later scan or notification. Heartbeat-only changes always apply.
 
-        ``quick`` skips the ``stat`` of files whose inode is the cached one, as long as the
-        directory itself did not change since the last scan of this prefix: atomic writers give
-        new content a new inode and change the directory (a rename or link), so only liveness
-        (mtimes, judged by full scans) goes unread. Once the directory changed every file is
-        stat-ed: a record deleted and written again may get the freed inode back (ext4 reuses
-        it at once). The directory's mtime tells only while it is older than the scan that saw
-        it by more than the filesystem's timestamp granularity (:func:`settled`).
+        ``quick`` reads nothing, not even the listing, while the directory itself did not change
+        since the last scan of this prefix and that scan applied all it saw (no change held back
+        by its ``gate``): nothing was created, removed or renamed in it since, and atomic writers
+        give new content a new inode through a rename or link, so only liveness (mtimes, judged
+        by full scans) and in-place rewrites (their notification, or a deep scan) go unread.
+        Once the directory changed every file is stat-ed: a record deleted and written again may
+        get the freed inode back (ext4 reuses it at once). The directory's mtime tells only while
+        it is older than the scan that saw it by more than the filesystem's timestamp
+        granularity (:func:`settled`).
 
         Without ``deep``, a file whose inode and size are unchanged and whose mtime moved is not
         re-read (see the module docstring); a deep scan re-reads those left unverified. Such a
@@ -214,6 +216,9 @@ class BucketView:
         """
         full = not name_prefix and not quick
         began = time.time_ns()  # the same clock as the directory's mtime: both are this host's
+        held: list[str] = []  # names whose change ``gate`` held back: the view is behind the directory
+        if gate is not None:
+            gate = _noting_held(gate, held)
         with contextlib.ExitStack() as using:
             try:
                 self.directory.revalidate()
@@ -221,8 +226,10 @@ class BucketView:
                 dir_st = os.fstat(dir_fd)
                 state = (dir_st.st_ino, dir_st.st_mtime_ns, dir_st.st_ctime_ns)
                 trusted = quick and self._unchanged.get(name_prefix) == state
+                if trusted:  # nothing created, removed or renamed in it since: its listing is the view's
+                    return
                 own = touched.inodes if touched is not None and full and not deep else None
-                scan = _scan(dir_fd, name_prefix, self._entries, trusted, full, own)
+                scan = _scan(dir_fd, name_prefix, self._entries, full, own)
             except (FileNotFoundError, DirectoryClosed):
                 if not self.missing_is_empty:
                     raise
@@ -256,8 +263,10 @@ class BucketView:
                             self._drop(name)
                     if len(self._unchanged) >= MAX_CACHED_LISTS:
                         self._unchanged.clear()
-                    # a later change gives the directory another mtime only if this one is settled
-                    self._unchanged[name_prefix] = state if settled(began, dir_st.st_mtime_ns) else None
+                    # a later change gives the directory another mtime only if this one is settled; and
+                    # the view must hold all the listing showed
+                    trusted_next = settled(began, dir_st.st_mtime_ns) and not held
+                    self._unchanged[name_prefix] = state if trusted_next else None
                 finally:
                     self._publish = saved
 
@@ -609,6 +618,18 @@ class BucketView:
             return len(self._entries)
 
 
+def _noting_held(gate: Gate, held: list[str]) -> Gate:
+    """``gate``, noting in ``held`` the names whose change it holds back."""
+
+    def noting(name: str, content: Content | None) -> bool:
+        if gate(name, content):
+            return True
+        held.append(name)
+        return False
+
+    return noting
+
+
 def _unheard(event: DiscoveryEvent, instance: DiscoveryInstance | None) -> None:
     """The publisher of a scan nobody subscribed to."""
 
@@ -629,16 +650,14 @@ def _scan(
     dir_fd: int,
     name_prefix: str,
     known: dict[str, Entry],
-    quick: bool,
     full: bool,
     own: Mapping[str, int] | None = None,
 ) -> _Scan:
     """Regular files with record names (and the prefix) in the directory. Known ones come with
-    their stat, or with ``quick`` None when the listing shows the known inode (not stat'ed); new
-    ones are listed in ``unread`` (opening them tells all a stat would). ``own``: this client's
-    files (name -> the inode it wrote); one whose listing and view show that inode is listed in
-    ``touched`` instead of being stat-ed. A ``full`` scan also collects leftover files and
-    foreign entries."""
+    their stat; new ones are listed in ``unread`` (opening them tells all a stat would). ``own``:
+    this client's files (name -> the inode it wrote); one whose listing and view show that inode
+    is listed in ``touched`` instead of being stat-ed. A ``full`` scan also collects leftover
+    files and foreign entries."""
     scan = _Scan({}, [], {}, {}, [])
     with listing(dir_fd) as entries:
         for entry in entries:
@@ -646,9 +665,6 @@ def _scan(
             cached = known.get(name)
             if cached is not None:  # a record name already, and no dot file
                 candidate = not name_prefix or name.startswith(name_prefix)
-                if candidate and quick and cached.ino == entry.inode():
-                    scan.found[name] = None
-                    continue
                 if own is not None and candidate and own.get(name) == cached.ino == entry.inode():
                     scan.found[name] = None
                     scan.touched.append(name)

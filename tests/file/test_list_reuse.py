@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from discovery_sync.backends.file import view as file_view
+from discovery_sync.backends.file.backend import LISTING
 
 import discovery_sync as ds
 from tests.file.junk import hand_written
@@ -132,3 +134,34 @@ def test_a_record_whose_mtime_stops_leaves_the_list_and_comes_back_with_a_heartb
         assert reader.list(ds.Query.endpoints()) == [record]
     finally:
         reader.shutdown()
+
+
+def test_list_does_not_even_list_a_settled_bucket_that_did_not_change(store, reader, monkeypatch):
+    listings: list[str] = []
+    real = file_view._scan
+
+    def counting(dir_fd: int, name_prefix: str, *args: object) -> object:
+        listings.append(name_prefix)
+        return real(dir_fd, name_prefix, *args)
+
+    monkeypatch.setattr(file_view, "_scan", counting)
+    one, _ = hand_written(store, "one", 6)
+    settle(bucket(store))
+    assert reader.list(ds.Query.endpoints()) == [one]
+    assert len(listings) == 1
+    assert reader.list(ds.Query.endpoints()) == [one]
+    assert len(listings) == 1  # the directory's inode, mtime and ctime were enough
+    two, _ = hand_written(store, "two", 7)
+    assert reader.list(ds.Query.endpoints()) == [one, two]
+    assert len(listings) == 2
+
+
+def test_a_new_file_a_rescan_held_back_is_in_the_next_list(store, reader):
+    # a rescan publishes a change only once it has stood the notice grace (a notification may
+    # still deliver it): until then its view lacks the file, so the next list() must read the
+    # directory even though it did not change since that rescan
+    assert reader.list(ds.Query.endpoints()) == []
+    record, _ = hand_written(store, "late", 9)
+    settle(bucket(store))
+    reader.rescan(scan=LISTING)  # type: ignore[attr-defined]  # a FileDiscovery's
+    assert reader.list(ds.Query.endpoints()) == [record]
