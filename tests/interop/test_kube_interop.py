@@ -25,6 +25,7 @@ from tests.reference import PeerError, RustPeer
 
 ENDPOINT = "pyns.backend.generate"
 WAIT = 10.0  # bound on every wait for something that must happen
+SLOW_WAIT = 30.0  # the bound for the reference's own registration of a new worker (see serve)
 QUIET = 2.0  # how long something that must not happen is given to happen anyway
 CR_PATH = "/apis/nvidia.com/v1alpha1/namespaces/default/dynamoworkermetadatas"
 SLICE_PATH = "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices"
@@ -123,7 +124,11 @@ def serve(peer: RustPeer, server: FakeKubeServer, pod_name: str) -> int:
     """
     instance_id = peer.call("serve", endpoint=ENDPOINT)["instance_id"]
     key = f"pyns/backend/generate/{instance_id:x}"
-    eventually(lambda: key in endpoints_in_cr(server, pod_name), f"{key} in the CR {pod_name}")
+    try:  # in the background: it took over 10 s in one of three full runs on a slow machine
+        eventually(lambda: key in endpoints_in_cr(server, pod_name), f"{key} in the CR {pod_name}", SLOW_WAIT)
+    except AssertionError as exc:
+        requests = [f"{r.method} {r.path} {r.query}" for r in server.requests][-20:]
+        raise AssertionError(f"{exc}\nthe fake's last requests:\n" + "\n".join(requests) + f"\n{peer.log()}") from None
     return instance_id
 
 
