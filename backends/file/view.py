@@ -412,32 +412,31 @@ class BucketView:
         """A shallow scan saw the mtime of an unchanged inode and size move: alive now, content
         taken as unchanged until a deep scan (or a notification) reads it."""
         now = self._clock()
-        if entry.seen_at < now - self.dead_after:
-            self._changes += 1  # dead by the clock, alive again
-        entry.mtime_ns, entry.ctime_ns, entry.seen_at, entry.unverified = st.st_mtime_ns, st.st_ctime_ns, now, True
-        if entry.expired:  # its mtime moves again: alive after all
-            entry.expired = False
-            self._changes += 1
-            if entry.valid is not None:
-                self._publish(Added(entry.valid), entry.valid)
+        entry.mtime_ns, entry.ctime_ns, entry.unverified = st.st_mtime_ns, st.st_ctime_ns, True
+        self._seen_alive(entry, now, now - self.dead_after)
 
     def _kept_alive(self, names: list[str], touched_at: float) -> None:
         """This client's heartbeat touched these files of its own after ``touched_at``: alive then
         (their mtime and content, unchanged as far as the listing shows, are not looked at)."""
         alive_since = self._clock() - self.dead_after
-        alive = touched_at >= alive_since
         for name in names:
             entry = self._entries.get(name)
-            if entry is None or entry.seen_at >= touched_at:
-                continue
-            if alive and entry.seen_at < alive_since:
+            if entry is not None and entry.seen_at < touched_at:
+                self._seen_alive(entry, touched_at, alive_since)
+
+    def _seen_alive(self, entry: Entry, seen_at: float, alive_since: float) -> None:
+        """``entry``'s file was last known alive at ``seen_at``. If that is after ``alive_since``,
+        an entry dead by the clock is alive again (a change) and an expired one is published
+        Added again: its mtime moves after all."""
+        if seen_at >= alive_since:
+            if entry.seen_at < alive_since:
                 self._changes += 1  # dead by the clock, alive again
-            entry.seen_at = touched_at
-            if entry.expired and alive:
+            if entry.expired:
                 entry.expired = False
                 self._changes += 1
                 if entry.valid is not None:
                     self._publish(Added(entry.valid), entry.valid)
+        entry.seen_at = seen_at
 
     def _note_unread(
         self,
