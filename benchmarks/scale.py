@@ -36,7 +36,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -89,25 +88,6 @@ def _one_endpoint_store(store: Path, records: int) -> list[int]:
     return ids
 
 
-def _our_sync_ms(store: Path, records: int) -> float:
-    import discovery_sync as ds
-
-    client = ds.connect(f"file://{store}?ttl=3600")
-    try:
-        start = time.perf_counter()
-        with client.list_and_watch(ds.Query.endpoints(*REFERENCE_ENDPOINT)) as watch:
-            while True:
-                event = watch.get(timeout=REFERENCE_SYNC_TIMEOUT)
-                if isinstance(event, ds.Resync):
-                    break
-        elapsed = (time.perf_counter() - start) * 1000
-    finally:
-        client.shutdown()
-    if len(event.instances) != records:
-        raise RuntimeError(f"our initial Resync held {len(event.instances)} instances of {records}")
-    return elapsed
-
-
 def _reference_sync_ms(store: Path, records: int) -> float:
     sys.path.insert(0, str(REPOSITORY))
     from tests.reference import RustPeer
@@ -125,12 +105,14 @@ def _reference_sync_ms(store: Path, records: int) -> float:
 
 
 def one_endpoint_sync(records: int, reference: bool) -> dict[str, Any]:
+    import discovery_sync as ds
+
     with tempfile.TemporaryDirectory(prefix="ds-scale-") as tmp:
         store = Path(tmp) / "store"
         _one_endpoint_store(store, records)
         toucher = _Toucher(store / "v1" / "instances")
         try:
-            ours = _our_sync_ms(store, records)
+            ours, _ = file_reads._initial_sync(ds, f"file://{store}?ttl={file_reads.TTL}", records)
             theirs = _reference_sync_ms(store, records) if reference else None
         finally:
             toucher.close()
