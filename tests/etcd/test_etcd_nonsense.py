@@ -125,11 +125,17 @@ class NonsenseProxy:
 
     def _forward(self, handler: BaseHTTPRequestHandler, body: bytes) -> None:
         upstream = http.client.HTTPConnection("127.0.0.1", self.target_port, timeout=120)
+        try:
+            upstream.connect()  # before it is listed: _cut() shuts down the sockets of those listed
+        except OSError:
+            handler.close_connection = True
+            return
         with self._changed:
             if self._bodies and self._only in (None, handler.path):
                 # answer() came between the decision to forward and now, so its _cut() missed this
                 # request: break it as it would have (a watch stream would otherwise stay healthy)
                 handler.close_connection = True
+                upstream.close()
                 return
             self._upstreams.add(upstream)
         headers = {"Content-Type": "application/json"}
