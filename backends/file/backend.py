@@ -51,13 +51,14 @@ from .doctor import diagnose_store
 from .layout import LOCK_DIRNAME, StoreLayout
 from .liveness import Heartbeat, OwnedNames
 from .locks import StoreLocks
+from .missed import Suspects, notice_grace
 from .mounts import choose_modes, mount_of, store_cache_window
 from .names import describe_entry, record_from
 from .options import DEFAULT_TTL, OPTIONS, store_path
 from .permissions import unsafe
 from .softlock import DEFAULT_STALE_AFTER
 from .sweep import Sweeper
-from .view import BucketView, Content, Touched
+from .view import BucketView, Touched
 from .watcher import DirectoryNotifier
 from .wire import (
     DEFAULT_MAX_RECORD_BYTES,
@@ -82,8 +83,6 @@ MAX_REMEMBERED_REMOVALS = 10_000
 DEEP_EVERY = 10
 #: kinds of rescan, cheapest first (see FileDiscovery.rescan)
 LISTING, FULL, DEEP = "listing", "full", "deep"
-NOTICE_GRACE = 1.0  # seconds a notification may lag a rescan before the change counts as missed
-MAX_NOTICE_GRACE = 3.0
 
 
 class FileDiscovery(Discovery):
@@ -173,7 +172,6 @@ class FileDiscovery(Discovery):
         poll_interval = option["poll_interval"]
         self._notifier = DirectoryNotifier(observer, poll_interval)
         self._poll_interval = poll_interval
-        self._notice_grace = notice_grace(observer, poll_interval)
         self._buckets = {kind: StoreDirectory(self.layout.root, kind.bucket) for kind in RecordKind}
         self._lock_dir = StoreDirectory(self.layout.root, LOCK_DIRNAME)
         self._open_directories(option["permissions"])
@@ -205,9 +203,9 @@ class FileDiscovery(Discovery):
         # writer replaced it
         self._written: dict[DiscoveryInstanceId, int] = {}
         self._replaced_warned: set[tuple[DiscoveryInstanceId, int]] = set()
-        # content changes a rescan found that notifications had not delivered yet, by bucket:
-        # name -> (content, when first found)
-        self._suspects: dict[RecordKind, dict[str, tuple[Content | None, float]]] = {kind: {} for kind in RecordKind}
+        # content changes a rescan found that notifications had not delivered yet, by bucket
+        grace = notice_grace(observer, poll_interval)
+        self._suspects = {kind: Suspects(grace) for kind in RecordKind}
         # full scans until the next deep one (see DEEP_EVERY); 0: the next one is deep
         self._shallow_left = 0
         self._next_full = 0.0  # monotonic time when the rescan thread's next full scan is due
@@ -664,17 +662,15 @@ class FileDiscovery(Discovery):
     ) -> None:
         """One bucket: ``owned`` is this client's records in it (id -> file name)."""
         missed: list[tuple[DiscoveryEvent, DiscoveryInstance | None]] = []
-        previous = self._suspects[kind]
-        current: dict[str, tuple[Content | None, float]] = {}
-        self._suspects[kind] = current
-        scanned_at = time.monotonic()
+        suspects = self._suspects[kind]
         view.refresh(
             publish=lambda event, instance: missed.append((event, instance)),
-            gate=lambda name, content: _confirm(name, content, previous, current, scanned_at, self._notice_grace),
+            gate=suspects.gate(time.monotonic()),
             quick=scan == LISTING,
             deep=scan == DEEP,
             touched=self._touched(owned) if scan == FULL else None,
         )
+        suspects.scan_ended(time.monotonic())
         if missed:
             log.info(
                 "rescan of %s found %d change(s) no notification delivered in time (then a Resync): %s",
@@ -683,7 +679,7 @@ class FileDiscovery(Discovery):
                 ", ".join(f"{type(event).__name__} {_about(event, instance)}" for event, instance in missed),
             )
         self._feeds.publish_missed(kind, missed)
-        if current:  # a change waits for confirmation: the next scan is deep (reads it, even if only its mtime moves)
+        if suspects:  # a change waits for confirmation: the next scan is deep (reads it, even if only its mtime moves)
             self._shallow_left = self._next_full = 0
         if scan == LISTING:
             return
@@ -791,34 +787,6 @@ class FileDiscovery(Discovery):
 
     def _owned_names(self, kind: RecordKind) -> frozenset[str]:
         return frozenset(self._names(i) for i in self._owned_now() if i.kind is kind)
-
-
-def _confirm(
-    name: str,
-    content: Content | None,
-    previous: dict[str, tuple[Content | None, float]],
-    current: dict[str, tuple[Content | None, float]],
-    now: float,
-    grace: float,
-) -> bool:
-    """A rescan publishes a change as missed only when earlier rescans saw the same content for
-    ``grace`` seconds without a notification delivering it; otherwise it waits for a later round.
-    (Publishing it sooner would turn a notification that is merely slow into a Resync.) Content,
-    not the file's version, is compared: heartbeats move the mtime every second at short TTLs."""
-    seen = previous.get(name)
-    first_seen = seen[1] if seen is not None and seen[0] == content else now
-    if now - first_seen >= grace:
-        return True
-    current[name] = (content, first_seen)
-    return False
-
-
-def notice_grace(observer: str, poll_interval: float) -> float:
-    """Seconds a notification may take: a few polls of the polling observer (a poll of a big
-    directory over the network takes long), bounded so a stalled observer still gets repaired."""
-    if observer == "polling":
-        return min(max(3 * poll_interval, NOTICE_GRACE), MAX_NOTICE_GRACE)
-    return NOTICE_GRACE
 
 
 def _about(event: DiscoveryEvent, instance: DiscoveryInstance | None) -> str:

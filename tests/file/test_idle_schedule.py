@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from discovery_sync.backends.file import backend as file_backend
+from discovery_sync.backends.file import missed
 from discovery_sync.backends.file import view as file_view
 from discovery_sync.backends.file.backend import FULL, LISTING
 from discovery_sync.backends.file.names import record_name
@@ -142,8 +143,11 @@ def test_a_missed_in_place_rewrite_is_repaired_by_a_deep_scan(store, reads):
             assert reads == []  # taken for a heartbeat: not read
             assert_quiet(watch, 0.2)
             client.rescan()  # deep: read, held for the notice grace
-            time.sleep(file_backend.NOTICE_GRACE + 0.1)
-            # what the rescan thread runs next: deep, whatever its schedule, as a change is pending
+            time.sleep(missed.NOTICE_GRACE + 0.1)
+            # what the rescan thread runs next: deep, whatever its schedule, as a change is pending;
+            # the first after the grace finds it due, the second publishes it
+            client._scheduled_rescan()
+            assert_quiet(watch, 0)
             client._scheduled_rescan()
             assert next_event(watch) == ds.Added(changed)
             assert next_event(watch) == ds.Resync((changed,))
