@@ -87,6 +87,14 @@ class Rig:
         assert next_event(self.watch) == ds.Removed(probe.id())
         assert [t for t in self.threads if not t.is_alive()] == []
 
+    @contextlib.contextmanager
+    def holder_paused(self) -> Iterator[None]:
+        """Meanwhile the holder writes nothing back (its API lock is held: fault injection). Its
+        rescans would otherwise, now and then, write a replaced record back before the watcher
+        has read what replaced it, and the watcher would see nothing happen at all."""
+        with self.holder._api_lock:
+            yield
+
     def let_sweeps_run(self) -> None:
         """Let the sweepers judge everything that stands still; the junk produces no event."""
         assert_quiet(self.watch, SWEPT)
@@ -575,8 +583,9 @@ def test_an_owner_writes_back_its_record_when_another_writer_replaced_it(store, 
     forged = dataclasses.replace(rig.kept, transport=ds.Transport.tcp("10.6.6.6:1"))
     planted = rig.bucket() / "planted"
     planted.write_bytes(ds.instance_to_json(forged))
-    os.rename(planted, own)  # as a user who can write to the bucket would
-    assert next_event(rig.watch) == ds.Added(forged)  # readers see it until the owner notices
+    with rig.holder_paused():
+        os.rename(planted, own)  # as a user who can write to the bucket would
+        assert next_event(rig.watch) == ds.Added(forged)  # readers see it until the owner notices
     assert next_event(rig.watch, timeout=3 * RESCAN + 2) == ds.Added(rig.kept)
     assert own.read_bytes() == ds.instance_to_json(rig.kept)
     assert len(warnings.wait_for("replaced by another writer")) == 1  # logged right after the write
@@ -588,8 +597,9 @@ def test_an_owner_writes_back_its_record_when_junk_took_its_place(store, rig, wa
     own = rig.bucket() / record_name(rig.kept.id())
     planted = rig.bucket() / "planted"
     make(planted)
-    os.rename(planted, own)
-    assert next_event(rig.watch) == ds.Removed(rig.kept.id())  # readers see it gone until the owner notices
+    with rig.holder_paused():
+        os.rename(planted, own)
+        assert next_event(rig.watch) == ds.Removed(rig.kept.id())  # readers see it gone until the owner notices
     assert next_event(rig.watch, timeout=3 * RESCAN + 2) == ds.Added(rig.kept)
     assert own.read_bytes() == ds.instance_to_json(rig.kept) and own.is_file() and not own.is_symlink()
     assert warnings.count("replaced by another writer", 1) == 1
