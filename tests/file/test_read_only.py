@@ -22,7 +22,8 @@ RESCAN = 0.1
 LOGGER = "discovery_sync.backends.file"
 OBSERVERS = ["inotify", "polling"]
 # a change that only the rescan's missed-change path would deliver comes after the notice grace
-# (1 s, see backend.NOTICE_GRACE) followed by a Resync: quiet this long means it came as an event
+# (1 s, see missed.NOTICE_GRACE) and one more rescan, followed by a Resync: quiet this long means
+# it came as an event
 NO_RESYNC_PERIOD = 1.5
 
 
