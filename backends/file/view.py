@@ -339,8 +339,9 @@ class BucketView:
                 if st is not None:
                     self._note_unread(name, entry, st, now, old, exc)
                 return
-            if found is None:  # vanished, or no longer a regular file
-                self._drop(name)
+            if found is None:  # vanished since the listing, or no longer a regular file
+                if gate is None or gate(name, None):  # a notification may still deliver it
+                    self._drop(name)
                 return
             st, raw = found
         assert st is not None  # bytes read come with their fstat

@@ -14,7 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from discovery_sync.backends.file import locks
+from discovery_sync.backends.file import locks, missed
+from discovery_sync.backends.file import view as file_view
+from discovery_sync.backends.file.view import BucketView
 
 import discovery_sync as ds
 from tests.file.junk import hand_written
@@ -87,6 +89,40 @@ def test_a_notification_slower_than_a_rescan_is_not_taken_for_a_missed_change(st
             assert_quiet(watch, 4 * RESCAN)  # no Resync: nothing was missed
     finally:
         slow.shutdown()
+
+
+def test_a_file_removed_between_a_rescans_listing_and_its_read_waits_for_its_notification(store, monkeypatch):
+    # notifications are lost and rescans run only when called: a deep rescan stats the file (its
+    # mtime moved: a heartbeat), and its writer removes it before the rescan reads it
+    monkeypatch.setattr(BucketView, "refresh_name", lambda self, name: None)
+    client = ds.connect(f"file://{store}?ttl=30&rescan_interval=3600")
+    record, path = hand_written(store, "late", 7)
+    real_read = file_view.read_regular
+
+    def removed_first(dir_fd: int | None, name: str, limit: int) -> object:
+        if name == path.name:
+            path.unlink(missing_ok=True)
+        return real_read(dir_fd, name, limit)
+
+    try:
+        with client.list_and_watch(ds.Query.endpoints()) as watch:
+            assert initial_state(watch)[1].instances == (record,)
+            later = time.time() + 1
+            os.utime(path, (later, later))
+            monkeypatch.setattr(file_view, "read_regular", removed_first)
+            client.rescan()
+            assert not path.exists()
+            # like any change a rescan finds, a notification may still deliver it: not missed yet
+            assert_quiet(watch, 0)
+            monkeypatch.setattr(file_view, "read_regular", real_read)
+            time.sleep(missed.NOTICE_GRACE + 0.1)
+            client.rescan()  # due
+            assert_quiet(watch, 0)
+            client.rescan()
+            assert next_event(watch) == ds.Removed(record.id())
+            assert next_event(watch) == ds.Resync(())
+    finally:
+        client.shutdown()
 
 
 def test_records_without_heartbeat_are_removed_after_ttl_on_the_readers_clock(store, client):
