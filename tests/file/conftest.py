@@ -4,6 +4,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from discovery_sync.backends.file.view import BucketView
 
 from tests.helpers import LogCatcher, caught_logs
 
@@ -17,3 +18,9 @@ def store(tmp_path: Path) -> Path:
 def warnings() -> Iterator[LogCatcher]:
     with caught_logs("discovery_sync.backends.file") as catcher:
         yield catcher
+
+
+@pytest.fixture
+def deaf(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every notification is lost: only rescans can see changes."""
+    monkeypatch.setattr(BucketView, "refresh_name", lambda self, name: None)

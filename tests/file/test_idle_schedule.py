@@ -34,12 +34,6 @@ def connect(store: Path, **options: object) -> ds.Discovery:
 
 
 @pytest.fixture
-def deaf(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every notification is lost: only rescans can see changes."""
-    monkeypatch.setattr(BucketView, "refresh_name", lambda self, name: None)
-
-
-@pytest.fixture
 def reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """The names of the files views read (open and read their bytes)."""
     names: list[str] = []

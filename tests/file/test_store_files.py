@@ -91,10 +91,10 @@ def test_a_notification_slower_than_a_rescan_is_not_taken_for_a_missed_change(st
         slow.shutdown()
 
 
+@pytest.mark.usefixtures("deaf")
 def test_a_file_removed_between_a_rescans_listing_and_its_read_waits_for_its_notification(store, monkeypatch):
     # notifications are lost and rescans run only when called: a deep rescan stats the file (its
     # mtime moved: a heartbeat), and its writer removes it before the rescan reads it
-    monkeypatch.setattr(BucketView, "refresh_name", lambda self, name: None)
     client = ds.connect(f"file://{store}?ttl=30&rescan_interval=3600")
     record, path = hand_written(store, "late", 7)
     real_read = file_view.read_regular
@@ -200,7 +200,6 @@ def test_unreadable_content_is_reported_once_it_has_stood_for_the_cache_window(s
     """Within a network mount's cache window a replaced file can be read cut to its cached size:
     what cannot be parsed is reported only when it is still there one window later."""
     from discovery_sync.backends.file.directory import StoreDirectory
-    from discovery_sync.backends.file.view import BucketView
 
     now = [100.0]
     events = []
