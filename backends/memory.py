@@ -52,10 +52,10 @@ class MemoryRegistry:
 
     def _store(self, old: DiscoveryInstance | None, new: DiscoveryInstance) -> None:
         instance_id = new.id()
-        stored, event, _ = apply(old, new)
+        stored, events, _ = apply(old, new)
         self._records[instance_id] = self._by_kind[new.kind][instance_id] = stored
         self._by_group.setdefault(_group_of(new), {})[instance_id] = stored
-        if event is not None:
+        for event in events:
             self._feeds.publish(event, stored)
 
     def delete(self, instance_id: DiscoveryInstanceId) -> None:

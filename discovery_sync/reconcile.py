@@ -1,9 +1,10 @@
 """Change classification and snapshot reconciliation, shared by every backend.
 
 Rules (docs/design.md §4): a new id is ``Added``; the same value is nothing; a model change that only
-alters its taints (as a set) is ``ModelTaintsUpdated``; any other model change is rejected and
-the last valid value kept; an endpoint change is ``Added`` (a replacement); same-id changes of
-event channels and sources are ignored.
+alters its taints (as a set) is ``ModelTaintsUpdated``; any other model change replaces the card,
+as ``Removed`` then ``Added`` (newer references do the same; a model whose new taints cannot be
+read keeps its last valid value); an endpoint change is ``Added`` (a replacement); same-id changes
+of event channels and sources are ``Removed`` then ``Added`` too.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ class Change(enum.Enum):
     NONE = "none"  # same value
     ADDED = "added"  # new id, or a replaced endpoint
     TAINTS = "taints"  # model taints changed, nothing else
-    REJECTED = "rejected"  # a model changed in more than its taints: keep the old value
-    IGNORED = "ignored"  # same-id change of an event channel/source: keep the old value
+    REPLACED = "replaced"  # another value under the same id: Removed, then Added
+    REJECTED = "rejected"  # a model whose new taints are malformed: keep the old value
 
 
 def classify(old: DiscoveryInstance | None, new: DiscoveryInstance) -> Change:
@@ -36,38 +37,37 @@ def classify(old: DiscoveryInstance | None, new: DiscoveryInstance) -> Change:
     if isinstance(new, Endpoint):
         return Change.ADDED
     if isinstance(new, Model) and isinstance(old, Model):
+        if old.model_suffix != new.model_suffix:
+            return Change.REPLACED
         if card_without_taints(old.card_json) != card_without_taints(new.card_json):
-            return Change.REJECTED
+            return Change.REPLACED
         if set(taints_of(old.card_json)) == set(taints_of(new.card_json)):
             return Change.NONE
         return Change.TAINTS
-    return Change.IGNORED
+    return Change.REPLACED
 
 
-def event_for(change: Change, instance: DiscoveryInstance) -> DiscoveryEvent | None:
-    """The event a classified change produces, if any."""
+def events_for(change: Change, instance: DiscoveryInstance) -> tuple[DiscoveryEvent, ...]:
+    """The events a classified change produces, in order (none for NONE and REJECTED)."""
     if change is Change.ADDED:
-        return Added(instance)
+        return (Added(instance),)
+    if change is Change.REPLACED:
+        return Removed(instance.id()), Added(instance)
     if change is Change.TAINTS and isinstance(instance, Model):  # classify() says TAINTS of models only
-        return ModelTaintsUpdated(instance.id(), tuple(sorted(set(taints_of(instance.card_json)))))
-    return None
-
-
-def accepted(change: Change) -> bool:
-    """True when the new value replaces the old one in a view."""
-    return change in (Change.ADDED, Change.TAINTS)
+        return (ModelTaintsUpdated(instance.id(), tuple(sorted(set(taints_of(instance.card_json))))),)
+    return ()
 
 
 def apply(
     old: DiscoveryInstance | None, new: DiscoveryInstance
-) -> tuple[DiscoveryInstance, DiscoveryEvent | None, Change]:
-    """Classify ``new`` against ``old``: the value now valid, the event to publish, the change."""
+) -> tuple[DiscoveryInstance, tuple[DiscoveryEvent, ...], Change]:
+    """Classify ``new`` against ``old``: the value now valid, the events to publish, the change."""
     try:
         change = classify(old, new)
-    except ValidationError:  # malformed taints in the new value: a rejected model change
+    except ValidationError:  # malformed taints in the new value: keep the last valid card
         change = Change.REJECTED
-    valid = new if old is None or accepted(change) else old
-    return valid, event_for(change, new), change
+    valid = old if old is not None and change in (Change.NONE, Change.REJECTED) else new
+    return valid, events_for(change, new), change
 
 
 def diff(
@@ -81,9 +81,8 @@ def diff(
     events: list[DiscoveryEvent] = []
     result: dict[DiscoveryInstanceId, Any] = {}
     for key, value in new.items():
-        result[key], event, _ = apply(old.get(key), value)
-        if event is not None:
-            events.append(event)
+        result[key], found, _ = apply(old.get(key), value)
+        events.extend(found)
     for key in old.keys() - new.keys():
         events.append(Removed(key))
     return events, result

@@ -255,11 +255,10 @@ class BucketStream:
             return
         valid, published, _ = apply(self.known.get(kv.key), new)
         self.known[kv.key] = valid
-        if published is None:
-            return
         for member in self.members.values():
             if revision > member.since:
-                member.feed.publish(published, valid)  # a feed whose query does not match ignores it
+                for event in published:  # a feed whose query does not match ignores them
+                    member.feed.publish(event, valid)
 
 
 def _within(

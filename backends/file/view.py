@@ -370,11 +370,11 @@ class BucketView:
         except ValidationError as exc:
             new_entry.problem = str(exc)  # reported by warn_pending(), once it has settled
             return
-        valid, event, change = apply(old, instance)
+        valid, events, change = apply(old, instance)
         new_entry.valid = valid
         if change is Change.REJECTED:
-            log.warning("ignoring a change of model card %s that alters more than its taints", name)
-        if event is not None:
+            log.warning("ignoring a change of model card %s whose taints cannot be read", name)
+        for event in events:
             self._publish(event, valid)
 
     def _add(self, dir_fd: int, name: str, gate: Gate | None) -> None:

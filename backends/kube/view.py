@@ -352,9 +352,8 @@ class KubeDaemon:
                     events.append(Removed(key))
                 continue
             record, self._first_seen[key] = candidate
-            self._served[key], event, _ = apply(old, record)
-            if event is not None:
-                events.append(event)
+            self._served[key], found, _ = apply(old, record)
+            events.extend(found)
         if resync:
             for feed in self._feeds.current():
                 feed.reconcile(self._served.values(), force_resync=True)

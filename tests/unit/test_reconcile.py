@@ -3,7 +3,7 @@
 import pytest
 
 from discovery_sync import Added, ModelTaintsUpdated, NatsTransport, Removed, Transport
-from discovery_sync.reconcile import Change, classify, diff
+from discovery_sync.reconcile import Change, apply, classify, diff
 from tests.unit.helpers import card, endpoint, event_channel, event_source, model
 
 
@@ -57,19 +57,22 @@ def test_taints_only_change_is_model_taints_updated_with_sorted_taints():
         tainted("a", source_path="/m"),
         model(card_json=card(taints=["a"], runtime_config={"max_tokens": 8})),
         model(card_json=card(taints=["b"], runtime_config={"max_tokens": 8})),
-        model(card_json=card(runtime_config={"taints": "a"})),
     ],
-    ids=["display-name", "new-field", "runtime-config", "runtime-config-and-taints", "malformed-taints"],
+    ids=["display-name", "new-field", "runtime-config", "runtime-config-and-taints"],
 )
-def test_other_model_changes_are_rejected_and_the_old_value_kept(after):
+def test_other_model_changes_replace_the_card_as_removed_then_added(after):
     before = tainted("a")
+    assert classify(before, after) is Change.REPLACED
     events, result = diff(view(before), view(after))
-    assert events == []
-    assert result[before.id()] is before
+    assert events == [Removed(before.id()), Added(after)]
+    assert result[before.id()] is after
 
 
-def test_other_model_change_classifies_as_rejected():
-    assert classify(tainted("a"), tainted("a", display_name="Llama")) is Change.REJECTED
+def test_a_model_whose_new_taints_cannot_be_read_keeps_its_last_valid_card():
+    before, after = tainted("a"), model(card_json=card(runtime_config={"taints": "a"}))
+    valid, events, change = apply(before, after)
+    assert (valid, events, change) == (before, (), Change.REJECTED)
+    assert diff(view(before), view(after)) == ([], view(before))
 
 
 def test_endpoint_change_is_added_and_replaces():
@@ -86,11 +89,11 @@ def test_endpoint_change_is_added_and_replaces():
     ],
     ids=["event-channel", "event-source"],
 )
-def test_event_record_same_id_changes_are_ignored(before, after):
-    assert classify(before, after) is Change.IGNORED
+def test_event_record_same_id_changes_are_removed_then_added(before, after):
+    assert classify(before, after) is Change.REPLACED
     events, result = diff(view(before), view(after))
-    assert events == []
-    assert result[before.id()] is before
+    assert events == [Removed(before.id()), Added(after)]
+    assert result[before.id()] is after
 
 
 def test_removed_ids_are_removed():
