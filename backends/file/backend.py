@@ -55,6 +55,7 @@ from .missed import Suspects, notice_grace
 from .mounts import choose_modes, mount_of, store_cache_window
 from .names import describe_entry, record_from
 from .options import DEFAULT_TTL, OPTIONS, store_path
+from .oserrors import storage_error
 from .permissions import unsafe
 from .softlock import DEFAULT_STALE_AFTER
 from .sweep import Sweeper
@@ -345,7 +346,7 @@ class FileDiscovery(Discovery):
             with directory.use() as dir_fd:
                 inode = write_record(dir_fd, name, data, create_only=create_only)
         except OSError as exc:
-            raise BackendUnavailable(f"cannot write {directory.path / name}: {exc}") from exc
+            raise storage_error(exc, f"cannot write {directory.path / name}") from exc
         if inode is None:
             return False
         self._written[instance_id] = inode
@@ -364,7 +365,7 @@ class FileDiscovery(Discovery):
             with self._buckets[instance_id.kind].use() as dir_fd:
                 remove_record(dir_fd, self.layout.file_name(instance_id))
         except OSError as exc:
-            raise BackendUnavailable(f"cannot delete {instance_id.to_path()}: {exc}") from exc
+            raise storage_error(exc, f"cannot delete {instance_id.to_path()}") from exc
 
     def _list_ordered(self, query: Query) -> builtins.list[DiscoveryInstance]:
         """Every :meth:`list` reads the directory (a write finished before the call is in its
@@ -398,8 +399,11 @@ class FileDiscovery(Discovery):
         bucket = self._buckets[kind]
         with self._locks.hold(bucket, self._lock_dir, self.layout.lock_name(kind.bucket)):
             if self._locks.mode == "soft":
-                with bucket.use() as dir_fd:
-                    refresh_listing(dir_fd)
+                try:
+                    with bucket.use() as dir_fd:
+                        refresh_listing(dir_fd)
+                except OSError as exc:
+                    raise storage_error(exc, f"cannot refresh the listing of {bucket.path} under its lock") from exc
             yield
 
     def _open_feed(self, feed: WatchFeed) -> None:

@@ -10,10 +10,14 @@ descriptor. The deadline is ours: non-blocking attempts every ``RETRY_INTERVAL``
 lists flock holders in ``/proc/locks`` by pid and device:inode). Reference workers give up after
 about one second of trying and never retry, so holds must stay short.
 
-``soft`` locks are marker files created with O_EXCL in ``root/.locks/`` (:mod:`.softlock`), for
-network filesystems where flock is not shared between hosts; a marker its holder stops
-refreshing is broken after ``stale_after`` seconds. They are not filelock's soft locks: see
-docs/decisions.md.
+``soft`` locks are marker files created atomically (written whole, then linked into place) in
+``root/.locks/`` (:mod:`.softlock`), for network filesystems where flock is not shared between
+hosts; a marker its holder stops refreshing is broken after ``stale_after`` seconds. They are not
+filelock's soft locks: see docs/decisions.md.
+
+A lock that cannot be taken for another reason than a holder (a full disk, a read-only
+filesystem, …) is a ``BackendUnavailable`` saying so (:func:`.oserrors.storage_error`), and
+leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from filelock import lock_descriptor, unlock_descriptor
 from discovery_sync.errors import LockTimeout, ValidationError
 
 from .directory import StoreDirectory
+from .oserrors import storage_error
 from .softlock import DEFAULT_STALE_AFTER, SoftLocks
 
 LOCK_MODES = ("hard", "soft")
@@ -55,8 +60,16 @@ class StoreLocks:
     def hold(self, bucket: StoreDirectory, lock_dir: StoreDirectory, marker: str) -> Iterator[None]:
         """Lock ``bucket`` (hard) or the marker file named ``marker`` in ``lock_dir`` (soft)."""
         if self._soft_locks is not None:
-            with lock_dir.use() as dir_fd, self._soft_locks.hold(lock_dir.path / marker, dir_fd):
-                yield
+            path = lock_dir.path / marker
+            with lock_dir.use() as dir_fd:
+                try:
+                    held = self._soft_locks.acquire(path, dir_fd)
+                except OSError as exc:  # not the body's errors: those are the caller's
+                    raise storage_error(exc, f"cannot take the soft lock {path}") from exc
+                try:
+                    yield
+                finally:
+                    self._soft_locks.release(held)
             return
         with bucket.use() as dir_fd, self._flock(dir_fd, bucket.path):
             yield

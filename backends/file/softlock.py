@@ -1,20 +1,30 @@
 """Soft locks for network filesystems, where flock is not shared between hosts: marker files.
 
-A lock is held by creating its marker with ``O_CREAT | O_EXCL`` (atomic on the file server, NFS
-and SFTP alike). The marker says who holds it — host, pid, wall time of acquisition (for people
-reading it), a token unique to the acquisition — and a refresh counter. While a lock is held, the
-owner's refresher thread rewrites the marker every ``stale_after / 4`` seconds.
+A lock is held by creating its marker: the marker's whole content is written to a file of the
+acquisition's own beside it, which is then hard-linked to the marker's name (``link(2)`` fails
+when the name exists: atomic on the file server, NFS and SFTP alike, as ``O_EXCL`` is), and the
+file of its own removed. So no client of ours ever leaves an empty or partial marker, even when
+the disk is full; an attempt that fails leaves nothing. The marker says who holds it — host,
+pid, wall time of acquisition (for people reading it), a token unique to the acquisition — and a
+refresh counter. While a lock is held, the owner's refresher thread rewrites the marker every
+``stale_after / 4`` seconds: a new file renamed over it, or, when the filesystem has no room for
+a new file (ENOSPC, EDQUOT), the marker's own bytes overwritten in place.
 
 A waiter judges a marker on its own monotonic clock, never by comparing times written by another
 host: a marker whose bytes have not changed for ``stale_after`` seconds of the waiter's clock
-belongs to a dead (or hung) holder and is broken with a warning. Breaking renames the marker to a
-name of the waiter's own, checks that what it renamed is what it judged stale, and deletes it; had
-the marker changed meanwhile (refreshed, or released and taken again), it is put back.
+belongs to a dead (or hung) holder and is broken with a warning (an empty or unreadable one, as
+other tools or older clients leave, too: it names an unknown holder). Breaking renames the marker
+to a name of the waiter's own, checks that what it renamed is what it judged stale, and deletes
+it; had the marker changed meanwhile (refreshed, or released and taken again), it is put back.
 
 Markers are of fixed length so that a host whose attribute cache keeps an old size still reads
 the bytes the server has now. Given the lock directory's descriptor, every marker operation is
 relative to it (a lock directory swapped for a symlink redirects nothing), and a marker is read
 only when it is a regular file of bounded size (a FIFO planted as a marker blocks nobody).
+
+:class:`SoftLocks` raises the operating system's errors (:class:`.locks.StoreLocks` turns them
+into ``BackendUnavailable``), except that a release never raises: a marker it cannot remove is
+logged, and broken by waiters once stale.
 """
 
 from __future__ import annotations
@@ -29,12 +39,14 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from stat import S_ISREG
 
 import orjson
 
 from discovery_sync.errors import LockTimeout
 from discovery_sync.threads import log_retry, start_thread
 
+from .oserrors import NO_ROOM, storage_error
 from .wire import RecordTooLarge, read_file, stat_entry
 
 log = logging.getLogger("discovery_sync.backends.file")
@@ -104,6 +116,29 @@ def _exists(marker: Path, dir_fd: int | None) -> bool:
     return stat_entry(dir_fd, _where(marker, dir_fd)) is not None
 
 
+def _own_file(marker: Path, dir_fd: int | None, token: str) -> str:
+    """The name (as :func:`_where`) of the file of the acquisition ``token`` beside ``marker``."""
+    return _where(marker.with_name(f".{marker.name}.{token}.tmp"), dir_fd)
+
+
+def _write_whole(name: str, dir_fd: int | None, content: bytes) -> None:
+    """Write ``content`` as the whole of the file ``name`` (created or truncated); on any error
+    the file is removed, so a full disk leaves no empty or partial one behind."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(name, flags, 0o644, dir_fd=dir_fd)
+    try:
+        try:
+            view = memoryview(content)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=dir_fd)
+        raise
+
+
 class SoftLocks:
     """Marker-file locks of one client, with the thread that keeps its held markers fresh.
 
@@ -157,6 +192,10 @@ class SoftLocks:
                 self._track(held)
                 return held
             content = _read(marker, dir_fd)
+            if _token_of(content) == token:  # our link was made but its reply lost (NFS): ours
+                held = _Held(marker, dir_fd, token, acquired)
+                self._track(held)
+                return held
             now = time.monotonic()
             if content is None or content != seen:
                 seen, seen_since = content, now
@@ -177,8 +216,16 @@ class SoftLocks:
             self._held.pop(held.token, None)
             content = _read(held.marker, held.dir_fd)
             if _token_of(content) == held.token:
-                with contextlib.suppress(FileNotFoundError):
+                try:
                     os.unlink(_where(held.marker, held.dir_fd), dir_fd=held.dir_fd)
+                except FileNotFoundError:
+                    pass
+                except OSError as exc:  # what ran under the lock is done: failing it now would lie
+                    log.error(
+                        "%s; other writers wait for it to go stale (%g s) and then break it",
+                        storage_error(exc, f"cannot remove the soft lock {held.marker} on release"),
+                        self.stale_after,
+                    )
                 return
         log.warning(
             "the soft lock %s was broken while this process held it (now held by %s): a hold outlasted "
@@ -199,20 +246,23 @@ class SoftLocks:
 
     # -- internals ----------------------------------------------------------------------------------
     def _try_create(self, marker: Path, dir_fd: int | None, token: str, acquired: float) -> bool:
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        """Link a complete marker into place; False when a marker exists. Leaves nothing behind
+        when it fails (a full disk fails the write of the file of our own, never the marker)."""
+        own = _own_file(marker, dir_fd, token)
+        _write_whole(own, dir_fd, marker_bytes(token, 0, acquired))
         try:
-            fd = os.open(_where(marker, dir_fd), flags, 0o644, dir_fd=dir_fd)
+            os.link(own, _where(marker, dir_fd), src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
         except FileExistsError:
             return False
         except PermissionError:
-            # sshfs can answer a lost O_EXCL race with EPERM instead of EEXIST
+            # sshfs can answer a lost create race with EPERM instead of EEXIST
             if _exists(marker, dir_fd):
                 return False
             raise
-        try:
-            os.write(fd, marker_bytes(token, 0, acquired))
         finally:
-            os.close(fd)
+            # a failure here must not undo a link made: the file of our own is then a mere leftover
+            with contextlib.suppress(OSError):
+                os.unlink(own, dir_fd=dir_fd)
         return True
 
     def _break(self, marker: Path, dir_fd: int | None, stale: bytes) -> None:
@@ -264,15 +314,49 @@ class SoftLocks:
         log.error("soft locks held by this process are no longer refreshed and may be broken by other hosts")
 
     def _refresh(self, held: _Held) -> None:
-        """Rewrite a held marker (the caller holds ``_held_lock``, so release() cannot interleave)."""
+        """Rewrite a held marker (the caller holds ``_held_lock``, so release() cannot interleave).
+
+        The marker is replaced whole by a rename, so a reader never sees it partial; when the
+        filesystem has no room for the new file, its own bytes are overwritten instead (see
+        :meth:`_overwrite`). A rewrite that fails leaves the marker as it was and nothing beside it.
+        """
         if _token_of(_read(held.marker, held.dir_fd)) != held.token:
             return  # broken: release() reports it
         held.refreshes += 1
-        temp = _where(held.marker.with_name(f".{held.marker.name}.{held.token}.tmp"), held.dir_fd)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(temp, flags, 0o644, dir_fd=held.dir_fd)
+        content = marker_bytes(held.token, held.refreshes, held.acquired)
+        own = _own_file(held.marker, held.dir_fd, held.token)
         try:
-            os.write(fd, marker_bytes(held.token, held.refreshes, held.acquired))
+            _write_whole(own, held.dir_fd, content)
+            os.replace(own, _where(held.marker, held.dir_fd), src_dir_fd=held.dir_fd, dst_dir_fd=held.dir_fd)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(own, dir_fd=held.dir_fd)
+            if exc.errno in NO_ROOM:
+                with contextlib.suppress(OSError):
+                    if self._overwrite(held, content):
+                        return
+            raise storage_error(exc, f"cannot refresh the soft lock {held.marker}") from exc
+
+    @staticmethod
+    def _overwrite(held: _Held, content: bytes) -> bool:
+        """Write ``content`` over the held marker's bytes, through a descriptor on which the
+        marker was checked to be ours and of the same length; False when it is not.
+
+        A marker is one write within one block (MARKER_SIZE is below any block size) already
+        allocated: it needs no new space (copy-on-write filesystems excepted, where it fails
+        like any write) and is not cut short.
+        """
+        flags = os.O_RDWR | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY
+        fd = os.open(_where(held.marker, held.dir_fd), flags, dir_fd=held.dir_fd)
+        try:
+            st = os.fstat(fd)
+            if not S_ISREG(st.st_mode) or st.st_size != len(content):
+                return False
+            if _token_of(os.pread(fd, len(content) + 1, 0)) != held.token:
+                return False
+            written = 0
+            while written < len(content):
+                written += os.pwrite(fd, content[written:], written)
         finally:
             os.close(fd)
-        os.replace(temp, _where(held.marker, held.dir_fd), src_dir_fd=held.dir_fd, dst_dir_fd=held.dir_fd)
+        return True
