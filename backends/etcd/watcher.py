@@ -257,8 +257,8 @@ class BucketStream:
         self.known[kv.key] = valid
         for member in self.members.values():
             if revision > member.since:
-                for event in published:  # a feed whose query does not match ignores them
-                    member.feed.publish(event, valid)
+                for change in published:  # a feed whose query does not match ignores them
+                    member.feed.publish(change, valid)
 
 
 def _within(
