@@ -49,7 +49,7 @@ from discovery_sync.watch import WatchFeed
 from .directory import DirectoryClosed, StoreDirectory, SymlinkRefused, listing
 from .doctor import diagnose_store
 from .layout import LOCK_DIRNAME, StoreLayout
-from .liveness import Heartbeat, OwnedNames
+from .liveness import Heartbeat, OwnedNames, Patience, heartbeat_interval
 from .locks import StoreLocks
 from .missed import Suspects, notice_grace
 from .mounts import choose_modes, mount_of, store_cache_window
@@ -63,7 +63,6 @@ from .view import BucketView, Touched
 from .watcher import DirectoryNotifier
 from .wire import (
     DEFAULT_MAX_RECORD_BYTES,
-    REFERENCE_TTL,
     RecordTooLarge,
     read_file,
     refresh_listing,
@@ -113,6 +112,10 @@ class FileDiscovery(Discovery):
         another local user can change the store (a directory owned by another user, or group- or
         world-writable without the sticky bit).
     :param instance_id: this client's instance id (default: a random u64).
+    :param uniform_ttl: every writer of this store uses this client's TTL or a shorter one (a test
+        rig, a deployment with one TTL): judge every record by this TTL alone. By default a client
+        whose TTL is under 10 s waits for a record as long as its writer's heartbeat asks (up to
+        10 s, and 10 s until it has seen the record's mtime move once): see docs/design.md §6.
     :param read_only: never change the store (see the module docstring): every write raises
         ValidationError; no directory is created (a missing store or bucket lists as empty, and
         watches pick it up once a writer creates it), no lock taken, no file written, touched or
@@ -140,19 +143,20 @@ class FileDiscovery(Discovery):
         permissions: str = "warn",
         instance_id: int | None = None,
         read_only: bool = False,
+        uniform_ttl: bool = False,
     ) -> None:
         given = {
             "ttl": ttl, "observer": observer, "lock": lock, "rescan_interval": rescan_interval,
             "poll_interval": poll_interval, "lock_timeout": lock_timeout, "lock_stale": lock_stale,
             "cache_window": cache_window, "max_record_bytes": max_record_bytes, "permissions": permissions,
-            "instance_id": instance_id, "read_only": read_only,
+            "instance_id": instance_id, "read_only": read_only, "uniform_ttl": uniform_ttl,
         }  # fmt: skip
         option = OPTIONS.parse(given)  # the same checks whether the values came from a URL or not
         super().__init__(read_only=option["read_only"])
         self.layout = StoreLayout(store_path(root))
         self.ttl = option["ttl"]
         self.max_record_bytes = option["max_record_bytes"]
-        self.heartbeat_interval = max(min(self.ttl, REFERENCE_TTL) / 3, 0.25)
+        self.heartbeat_interval = heartbeat_interval(self.ttl)
         self.rescan_interval = option["rescan_interval"] or min(2.0, self.ttl / 3)
         self._instance_id = option["instance_id"] if option["instance_id"] is not None else secrets.randbits(64)
         mount = mount_of(self.layout.root)
@@ -160,6 +164,9 @@ class FileDiscovery(Discovery):
         self.cache_window = store_cache_window(mount, option["cache_window"])
         # a heartbeat may reach this host's view a cache window late
         self.dead_after = self.ttl + self.cache_window
+        # a writer whose heartbeat is slower than this TTL asks for more (docs/design.md §6, "Mixed TTLs")
+        patience = Patience(self.ttl) if Patience.needed(self.ttl) and not option["uniform_ttl"] else None
+        self.longest_dead_after = self.dead_after + (patience.slack(0) if patience is not None else 0.0)
         # seconds between full scans (stat of every file: liveness); in between, with inotify, the
         # rescans only compare the directory listing (names and inodes) with the view
         if observer == "polling":
@@ -187,6 +194,7 @@ class FileDiscovery(Discovery):
                 max_record_bytes=max_record_bytes,
                 missing_is_empty=self.read_only,
                 subscribed=lambda kind: bool(self._feeds.current(kind)),
+                patience=patience,
             )
             for kind in RecordKind
         }
@@ -433,6 +441,7 @@ class FileDiscovery(Discovery):
             "lock": self._locks.mode,
             "heartbeat": heartbeat,
             "rescan": rescan,
+            "liveness_paused": self._views[RecordKind.ENDPOINT].blind,
             "connected": not (heartbeat and heartbeat["failures"]) and not rescan["failures"],
         }
 
@@ -486,7 +495,7 @@ class FileDiscovery(Discovery):
     def _judge_garbage(self, dry_run: bool, progress: Callable[[float, float], None] | None) -> CollectedGarbage:
         for view in self._views.values():
             self._refresh_quietly(view)
-        self._wait_reporting(self.dead_after + self.rescan_interval, progress)
+        self._wait_reporting(self.longest_dead_after + self.rescan_interval, progress)
         result = CollectedGarbage()
         for view in self._views.values():
             self._refresh_quietly(view)
@@ -651,6 +660,7 @@ class FileDiscovery(Discovery):
             self._notifier.stop()
             self._ensure_notifier()
             scan = DEEP  # what it did not deliver meanwhile
+        self._judge_sight()
         owned = self._owned_by_kind() if scan != LISTING else {}
         for kind, view in self._views.items():
             try:
@@ -660,6 +670,22 @@ class FileDiscovery(Discovery):
                 continue
             self._scan_errors[kind] = 0
             self._last_scan_error[kind] = None
+
+    def _judge_sight(self) -> None:
+        """Make every view blind while this client cannot tell a stale store from an unreachable
+        one: its own heartbeat fails (a read-only remount) or stalls (a frozen mount). Seeing
+        again, each view gives every record a full TTL (docs/design.md §6). A read-only client
+        has no heartbeat to tell it: a mount it sees read-only may be written through another."""
+        reason = None if self.read_only else self._liveness.trouble(time.monotonic())
+        views = self._views.values()
+        if all((view.blind is None) == (reason is None) for view in views):
+            return  # said once per spell
+        if reason is not None:
+            log.warning("the file store at %s: %s; no record is judged dead meanwhile", self.layout.root, reason)
+        else:
+            log.warning("the file store at %s: liveness is judged again, after a full TTL", self.layout.root)
+        for view in views:
+            view.blind = reason
 
     def _rescan_bucket(
         self, kind: RecordKind, view: BucketView, scan: str, owned: dict[DiscoveryInstanceId, str]

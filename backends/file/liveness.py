@@ -14,6 +14,11 @@ need not stat this client's own files to know they are alive (:class:`.view.Touc
 Descriptors kept open per record (``futimens``) were rejected: 10,000 records would need 10,000
 descriptors (the default limit is 1,024), and a descriptor of a file another writer replaced or
 removed would keep touching the old inode, hiding that the name is no longer ours.
+
+Clients with different TTLs share a store (docs/design.md §6, "Mixed TTLs"): every writer beats
+every ``min(TTL, 10 s)/3``, and a reader waits for a record at least as long as its writer's
+heartbeat asks (:class:`Patience`). A client whose own heartbeat fails or stalls cannot tell a
+stale store from an unreachable one (:meth:`Heartbeat.trouble`): it judges nobody meanwhile.
 """
 
 from __future__ import annotations
@@ -28,9 +33,41 @@ from discovery_sync.threads import log_retry
 
 from .directory import StoreDirectory
 from .layout import StoreLayout
-from .wire import touch_record
+from .wire import REFERENCE_TTL, touch_record
 
 log = logging.getLogger("discovery_sync.backends.file")
+
+#: a beat that has not ended after this many seconds (and heartbeat intervals) is stalled by the store
+BEAT_STALL_AFTER = 2.0
+
+
+def heartbeat_interval(ttl: float) -> float:
+    """How often a client with this TTL touches its files: a third of its TTL, and never less
+    often than a reference worker (TTL 10 s) needs, whatever the TTL."""
+    return max(min(ttl, REFERENCE_TTL) / 3, 0.25)
+
+
+class Patience:
+    """How much longer than its own TTL a reader waits for a record whose writer beats slower.
+
+    A writer's TTL shows in the step between two of its mtimes (its heartbeat, a third of
+    ``min(TTL, 10 s)``; a reference worker's is 3.33 s), so a record whose step is ``s`` may
+    stand still ``3 s`` (at most 10 s) before anyone may call it dead. Until a reader has seen
+    one step it assumes the slowest heartbeat there is (10 s). A reader whose TTL is 10 s or more
+    waits longer than any heartbeat asks, and needs no slack (it gets no Patience).
+    """
+
+    def __init__(self, ttl: float) -> None:
+        self.ttl = ttl
+
+    @staticmethod
+    def needed(ttl: float) -> bool:
+        return ttl < REFERENCE_TTL
+
+    def slack(self, step_ns: int) -> float:
+        """Seconds beyond the reader's TTL for a record whose mtime steps by ``step_ns`` (0: unknown)."""
+        asked = REFERENCE_TTL if step_ns <= 0 else min(REFERENCE_TTL, 3 * step_ns / 1e9)
+        return max(0.0, asked - self.ttl)
 
 
 class OwnedNames:
@@ -82,10 +119,29 @@ class Heartbeat:
         self._refused = refused
         # monotonic time when the last beat that touched every file it could began (None: none yet)
         self.beaten_at: float | None = None
+        self._beating_since: float | None = None  # the beat under way
+        self._failure: str | None = None  # why the last beat failed (None: it did not)
+
+    def trouble(self, now: float) -> str | None:
+        """Why this client's heartbeat cannot keep its records alive now: the last beat failed, or
+        the one under way is stalled (None: it beats). Such a client cannot tell a stale store
+        from one it cannot reach."""
+        if self._failure is not None:
+            return f"this client's heartbeat fails ({self._failure})"
+        since = self._beating_since
+        if since is not None and now - since > max(BEAT_STALL_AFTER, self.interval):
+            return f"this client's heartbeat has been stalled by the store for {now - since:.1f} s"
+        return None
 
     def beat(self) -> None:
         """Touch every file of this client; write back the ones that are gone."""
-        began = time.monotonic()
+        began = self._beating_since = time.monotonic()
+        try:
+            self._beat(began)
+        finally:
+            self._beating_since = None
+
+    def _beat(self, began: float) -> None:
         owned = self._owned()
         self._names.prune(owned)
         by_kind: dict[RecordKind, list[tuple[str, DiscoveryInstance]]] = {}
@@ -102,9 +158,11 @@ class Heartbeat:
                     self.layout.path_of(instance.id()),
                 )
         self.beaten_at = began
+        self._failure = None
 
     def error(self, exc: BaseException) -> bool:
         """Log a failed beat; retried every interval (a record outlives a few: ttl = 3 intervals at least)."""
+        self._failure = f"{exc.strerror or exc}" if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"
         log_retry(f"the heartbeat of the file store at {self.layout.root}", exc, self.interval)
         return isinstance(exc, Exception)
 

@@ -45,6 +45,7 @@ OPTIONS = OptionSet(
         "max_record_bytes": integer(1024, 2**30, "bytes"),
         "instance_id": optional(uint64),
         "read_only": boolean,
+        "uniform_ttl": boolean,
     },
 )
 

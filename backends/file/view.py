@@ -17,8 +17,12 @@ it touched them.
 
 Liveness (docs/design.md §6): a record is dead when its mtime has not changed for ``dead_after``
 seconds *of this reader's monotonic clock* (the TTL plus the mount's cache window), counted
-from the moment this reader first saw that mtime. Comparing mtimes with the local wall clock is
-never done, so skewed clocks between hosts cannot kill a live worker.
+from the moment this reader first saw that mtime, plus the entry's ``slack``: a reader whose TTL
+is shorter than the writer's waits as long as the writer's heartbeat asks (:class:`.liveness.Patience`).
+Comparing mtimes with the local wall clock is never done, so skewed clocks between hosts cannot
+kill a live worker. While the view is ``blind`` (this client cannot tell a stale store from an
+unreachable one: its own heartbeat fails or stalls) nothing is judged dead, and when it sees
+again, or after a scan that stalled, every clock starts again (:meth:`BucketView.restart_clocks`).
 
 Within a network mount's cache window a read may disagree with the directory: a deleted file
 still stats, a replaced one is read cut to its cached size. So a vanished file is confirmed by
@@ -53,6 +57,7 @@ from discovery_sync.queries import Query
 from discovery_sync.reconcile import Change, apply
 
 from .directory import DirectoryClosed, StoreDirectory, listing
+from .liveness import Patience
 from .names import describe_entry, may_be_record, printable, record_from
 from .wire import DEFAULT_MAX_RECORD_BYTES, RecordTooLarge, read_regular, stat_entry, stat_regular, unread_reason
 
@@ -78,6 +83,9 @@ def settled(began_ns: int, mtime_ns: int) -> bool:
 
 #: ordered results of distinct queries kept for reuse by ``listed()`` (the oldest goes first)
 MAX_CACHED_LISTS = 16
+#: a scan longer than this, and than STALL_FACTOR times the usual, was stalled by the store
+STALL_AFTER = 2.0
+STALL_FACTOR = 8.0
 
 
 def digest(raw: bytes) -> Content:
@@ -98,6 +106,14 @@ class Entry:
     expired: bool = False  # judged dead but still there (it could not be deleted): Removed was published
     ctime_ns: int = 0  # a file written again on a freed inode, size and mtime set back, has another ctime
     unverified: bool = False  # the mtime moved since the content was last read (a shallow scan saw it)
+    beat_ns: int = 0  # the shortest step seen between two of its mtimes: its writer's heartbeat (0: none yet)
+    slack: float = 0.0  # seconds it may stand still beyond dead_after (a writer that beats slower)
+
+    @property
+    def due(self) -> float:
+        """When, on the reader's clock, its mtime stood still ``dead_after`` less the slack ago: dead
+        once ``due`` is older than that."""
+        return self.seen_at + self.slack
 
 
 @dataclass(slots=True, frozen=True)
@@ -148,6 +164,7 @@ class BucketView:
         clock: Callable[[], float] = time.monotonic,
         missing_is_empty: bool = False,
         subscribed: Callable[[RecordKind], bool] | None = None,
+        patience: Patience | None = None,
     ) -> None:
         """``dead_after``: seconds an unchanged mtime stays alive; ``settle``: seconds a read may
         disagree with the store (the mount's cache window); files over ``max_record_bytes`` are
@@ -155,7 +172,9 @@ class BucketView:
         directory that does not exist (yet, or any longer) is an empty bucket, not an error.
         ``subscribed(kind)``: whether ``publish`` has a subscriber for records of ``kind`` now; a
         scan that finds none (with the view's lock held, under which subscribers of its kind are
-        added) publishes nothing, which spares a first read of a big bucket an event per record."""
+        added) publishes nothing, which spares a first read of a big bucket an event per record.
+        ``patience``: the slack of a writer whose heartbeat is slower than this reader's TTL asks
+        (None: no writer's is, this reader's TTL is the longest any heartbeat stands for)."""
         self.kind = kind
         self.missing_is_empty = missing_is_empty
         self.directory = directory
@@ -175,6 +194,10 @@ class BucketView:
         self._listed: dict[tuple[str, frozenset[str], Query], _Listed] = {}
         # name prefix -> the directory's (inode, mtime, ctime) at the last scan of it, when settled
         self._unchanged: dict[str, tuple[int, int, int] | None] = {}
+        self._patience = patience
+        self._new_slack = patience.slack(0) if patience is not None else 0.0
+        self._blind: str | None = None  # why nothing is judged dead now
+        self._scan_cost = 0.0  # a scan's usual duration (moving average): longer ones stalled
 
     # -- reading the directory --------------------------------------------------------------------
     def refresh(
@@ -216,6 +239,38 @@ class BucketView:
         """
         full = not name_prefix and not quick
         began = time.time_ns()  # the same clock as the directory's mtime: both are this host's
+        started = self._clock()
+        try:
+            self._refresh(name_prefix, publish, gate, quick, deep, touched, full, began)
+        finally:
+            self._timed(self._clock() - started)
+
+    def _timed(self, took: float) -> None:
+        """A scan took ``took`` seconds: one far slower than usual was stalled by the store (a frozen
+        mount), so what it read may be as old as its start: every clock starts again."""
+        if took > max(STALL_AFTER, STALL_FACTOR * self._scan_cost):
+            log.warning(
+                "a scan of %s took %.1f s (usually %.2f s): the store stalled; no record is judged dead "
+                "before it has had a full TTL to show a heartbeat again",
+                self.kind.bucket,
+                took,
+                self._scan_cost,
+            )
+            self.restart_clocks()
+            return
+        self._scan_cost += (took - self._scan_cost) / 8
+
+    def _refresh(
+        self,
+        name_prefix: str,
+        publish: Publish | None,
+        gate: Gate | None,
+        quick: bool,
+        deep: bool,
+        touched: Touched | None,
+        full: bool,
+        began: int,
+    ) -> None:
         held: list[str] = []  # names whose change ``gate`` held back: the view is behind the directory
         if gate is not None:
             gate = _noting_held(gate, held)
@@ -349,8 +404,9 @@ class BucketView:
         seen_at = entry.seen_at if entry is not None and entry.mtime_ns == st.st_mtime_ns else now
         content = digest(raw)
         if entry is not None and content == entry.content:
-            if seen_at != entry.seen_at and entry.seen_at < now - self.dead_after:
+            if seen_at != entry.seen_at and entry.due < now - self.dead_after:
                 self._changes += 1  # dead by the clock, alive again
+            self._moved(entry, st.st_mtime_ns)
             entry.ino, entry.size, entry.mtime_ns, entry.seen_at = *version, seen_at
             entry.ctime_ns = st.st_ctime_ns
             entry.unverified = False
@@ -362,7 +418,7 @@ class BucketView:
             return
         if gate is not None and not gate(name, content):
             return
-        new_entry = Entry(*version, seen_at, content, old, read_at=now, ctime_ns=st.st_ctime_ns)
+        new_entry = Entry(*version, seen_at, content, old, read_at=now, ctime_ns=st.st_ctime_ns, slack=self._new_slack)
         self._entries[name] = new_entry
         self._changes += 1
         try:  # the name was checked when the last valid identity was read under it
@@ -398,6 +454,7 @@ class BucketView:
             return
         now = self._clock()
         entry = Entry(st.st_ino, st.st_size, st.st_mtime_ns, now, content, None, read_at=now, ctime_ns=st.st_ctime_ns)
+        entry.slack = self._new_slack
         self._entries[name] = entry
         self._changes += 1
         try:
@@ -413,6 +470,7 @@ class BucketView:
         """A shallow scan saw the mtime of an unchanged inode and size move: alive now, content
         taken as unchanged until a deep scan (or a notification) reads it."""
         now = self._clock()
+        self._moved(entry, st.st_mtime_ns)
         entry.mtime_ns, entry.ctime_ns, entry.unverified = st.st_mtime_ns, st.st_ctime_ns, True
         self._seen_alive(entry, now, now - self.dead_after)
 
@@ -429,8 +487,8 @@ class BucketView:
         """``entry``'s file was last known alive at ``seen_at``. If that is after ``alive_since``,
         an entry dead by the clock is alive again (a change) and an expired one is published
         Added again: its mtime moves after all."""
-        if seen_at >= alive_since:
-            if entry.seen_at < alive_since:
+        if seen_at + entry.slack >= alive_since:
+            if entry.due < alive_since:
                 self._changes += 1  # dead by the clock, alive again
             if entry.expired:
                 entry.expired = False
@@ -453,8 +511,9 @@ class BucketView:
         problem = unread_reason(exc)
         seen_at = entry.seen_at if entry is not None and entry.mtime_ns == st.st_mtime_ns else now
         if entry is not None and entry.problem == problem and (entry.ino, entry.size) == (st.st_ino, st.st_size):
-            if seen_at != entry.seen_at and entry.seen_at < now - self.dead_after:
+            if seen_at != entry.seen_at and entry.due < now - self.dead_after:
                 self._changes += 1  # dead by the clock, alive again
+            self._moved(entry, st.st_mtime_ns)
             entry.mtime_ns, entry.ctime_ns, entry.seen_at = st.st_mtime_ns, st.st_ctime_ns, seen_at  # a heartbeat
             entry.unverified = False
             return
@@ -468,6 +527,7 @@ class BucketView:
             old,
             read_at=now,
             problem=problem,
+            slack=self._new_slack,
             ctime_ns=st.st_ctime_ns,
         )
 
@@ -508,7 +568,7 @@ class BucketView:
     # -- state --------------------------------------------------------------------------------------
     def valid(self, name_prefix: str = "", *, skip: frozenset[str] = frozenset()) -> list[DiscoveryInstance]:
         """Live valid records (dead ones excluded) whose names start with ``name_prefix``."""
-        alive_since = self._clock() - self.dead_after
+        alive_since = self._alive_since(self._clock())
         with self.lock:
             return [
                 e.valid
@@ -516,7 +576,7 @@ class BucketView:
                 if e.valid is not None
                 and not e.expired
                 and n.startswith(name_prefix)
-                and (n in skip or e.seen_at >= alive_since)
+                and (n in skip or e.seen_at + e.slack >= alive_since)
             ]
 
     def listed(
@@ -536,7 +596,7 @@ class BucketView:
             kept = self._listed.get(key)
             if kept is not None and kept.changes == self._changes and now < kept.expires:
                 return kept.records
-            alive_since = now - self.dead_after
+            alive_since = self._alive_since(now)
             expires = float("inf")
             chosen = []
             for name, entry in self._entries.items():
@@ -544,9 +604,10 @@ class BucketView:
                 if instance is None or entry.expired or not name.startswith(name_prefix):
                     continue
                 if name not in skip:
-                    if entry.seen_at < alive_since:
+                    due = entry.seen_at + entry.slack
+                    if due < alive_since:
                         continue
-                    expires = min(expires, entry.seen_at + self.dead_after)
+                    expires = min(expires, due + self.dead_after)
                 if query.matches(instance):
                     chosen.append(instance)
             chosen.sort(key=_identity_path)
@@ -560,10 +621,46 @@ class BucketView:
     def dead(self, owned: frozenset[str]) -> list[tuple[str, Entry]]:
         """Files with a record name whose mtime has not moved for ``dead_after`` on this reader's
         clock (owned ones excluded), then leftover files (see ``LEFTOVER_PREFIXES``) as still as that."""
+        alive_since = self._alive_since(self._clock())
+        with self.lock:
+            records = [(n, e) for n, e in self._entries.items() if n not in owned and e.seen_at + e.slack < alive_since]
+            return records + [(n, e) for n, e in self._leftovers.items() if e.seen_at + e.slack < alive_since]
+
+    # -- judging liveness ---------------------------------------------------------------------------
+    def _alive_since(self, now: float) -> float:
+        """An entry whose ``due`` is older than this is dead (none while the view is blind)."""
+        return now - self.dead_after if self._blind is None else float("-inf")
+
+    def _moved(self, entry: Entry, mtime_ns: int) -> None:
+        """``entry``'s mtime is now ``mtime_ns``: the step is evidence of its writer's heartbeat."""
+        step = mtime_ns - entry.mtime_ns
+        if self._patience is not None and step > 0 and (entry.beat_ns == 0 or step < entry.beat_ns):
+            entry.beat_ns = step
+            entry.slack = self._patience.slack(step)
+
+    @property
+    def blind(self) -> str | None:
+        """Why this reader cannot judge liveness now (None: it can)."""
+        return self._blind
+
+    @blind.setter
+    def blind(self, reason: str | None) -> None:
+        with self.lock:
+            was, self._blind = self._blind, reason
+            if (was is None) == (reason is None):
+                return
+            self._changes += 1
+            if reason is None:  # it sees again: give every record a full TTL to show a heartbeat
+                self.restart_clocks()
+
+    def restart_clocks(self) -> None:
+        """Count every record's and leftover's stillness from now: what this reader saw before may
+        be as old as the stall (the mtimes it read could not move meanwhile)."""
         now = self._clock()
         with self.lock:
-            records = [(n, e) for n, e in self._entries.items() if n not in owned and now - e.seen_at > self.dead_after]
-            return records + [(n, e) for n, e in self._leftovers.items() if now - e.seen_at > self.dead_after]
+            for entry in (*self._entries.values(), *self._leftovers.values()):
+                entry.seen_at = max(entry.seen_at, now)
+            self._changes += 1
 
     def inode_of(self, name: str) -> int | None:
         """The inode this view last saw under ``name`` (None when it holds no such file)."""
@@ -592,7 +689,7 @@ class BucketView:
         for name, st in found.items():
             entry = self._leftovers.get(name)
             if entry is None or (entry.ino, entry.mtime_ns) != (st.st_ino, st.st_mtime_ns):
-                entry = Entry(st.st_ino, st.st_size, st.st_mtime_ns, now, None, None)
+                entry = Entry(st.st_ino, st.st_size, st.st_mtime_ns, now, None, None, slack=self._new_slack)
             tracked[name] = entry
         self._leftovers = tracked
 

@@ -52,7 +52,8 @@ needs_root = pytest.mark.skipif(not IS_ROOT, reason="needs root (CI runs as root
 
 
 def url(store: Path, **options: object) -> str:
-    query = {"ttl": TTL, "rescan_interval": RESCAN, **options}
+    # every client of these stores uses TTL: hand-written records die after it (docs/design.md §6)
+    query = {"ttl": TTL, "rescan_interval": RESCAN, "uniform_ttl": "true", **options}
     return f"file://{store}?" + "&".join(f"{key}={value}" for key, value in query.items())
 
 
@@ -438,7 +439,7 @@ def test_a_read_only_store_serves_readers_and_reports_what_it_cannot_sweep(store
         with pytest.raises(ds.BackendUnavailable, match="Read-only file system"):
             reader.register(endpoint_spec(endpoint="mine"))
         assert any("cannot write" in p for p in reader.diagnose()["problems"])
-        assert cli_main(["--url", f"file://{read_only}?ttl={TTL}&rescan_interval={RESCAN}", "gc"]) == 1
+        assert cli_main(["--url", url(read_only), "gc"]) == 1
         assert '"not_removed":"v1/instances/ns/backend/dead/9"' in capsys.readouterr().out
     finally:
         if reader is not None:

@@ -63,7 +63,7 @@ CONVERGE = 5.0  # seconds a watch may take to reflect the store
 SWEEP_BOUND = TTL + 5.0  # seconds the canaries may take to be swept
 SHUTDOWN_BOUND = 10.0
 TICK = 2 * RESCAN  # a pause between operations that lets rescans run
-URL_OPTIONS = f"ttl={TTL}&rescan_interval={RESCAN}&max_record_bytes={MAX_RECORD_BYTES}"
+URL_OPTIONS = f"ttl={TTL}&rescan_interval={RESCAN}&max_record_bytes={MAX_RECORD_BYTES}&uniform_ttl=true"
 
 BUCKETS = {kind.bucket: kind for kind in ds.RecordKind}
 LOCATIONS = (*BUCKETS, ".locks", "v1", "")

@@ -59,8 +59,8 @@ def test_the_default_schedule_scans_fully_as_often_as_liveness_needs(store):
 
 
 def test_a_record_nobody_touches_is_removed_within_dead_after_and_one_full_scan(store):
-    # ttl 2: rescans every 2/3 s, full scans every second
-    with connect(store, ttl=2) as client:
+    # ttl 2: rescans every 2/3 s, full scans every second (a record that never beat: one TTL for all)
+    with connect(store, ttl=2, uniform_ttl="true") as client:
         record, path = hand_written(store, "orphan", 9)
         with client.list_and_watch(ds.Query.endpoints()) as watch:
             assert initial_state(watch)[1].instances == (record,)

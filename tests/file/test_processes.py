@@ -17,7 +17,7 @@ RESCAN = 0.25
 
 
 def url(store, **extra) -> str:
-    options = {"ttl": TTL, "rescan_interval": RESCAN, **extra}
+    options = {"ttl": TTL, "rescan_interval": RESCAN, "uniform_ttl": "true", **extra}
     return f"file://{store}?" + "&".join(f"{k}={v}" for k, v in options.items())
 
 

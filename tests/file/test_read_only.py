@@ -29,6 +29,7 @@ NO_RESYNC_PERIOD = 1.5
 
 def url(root: Path, observer: str = "inotify", **extra: object) -> str:
     options = {"observer": observer, "ttl": TTL, "rescan_interval": RESCAN, "poll_interval": 0.1, **extra}
+    options.setdefault("uniform_ttl", "true")  # records that never beat die after TTL
     return f"file://{root}?" + "&".join(f"{key}={value}" for key, value in options.items())
 
 

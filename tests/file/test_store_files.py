@@ -28,7 +28,7 @@ RESCAN = 0.2
 
 @pytest.fixture
 def client(store: Path) -> Iterator[ds.Discovery]:
-    client = ds.connect(f"file://{store}?ttl={TTL}&rescan_interval={RESCAN}")
+    client = ds.connect(f"file://{store}?ttl={TTL}&rescan_interval={RESCAN}&uniform_ttl=true")
     try:
         yield client
     finally:

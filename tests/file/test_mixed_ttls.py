@@ -1,0 +1,187 @@
+"""Liveness when clients with different TTLs share a store, and while this client cannot see the
+store (docs/design.md §6, "Mixed TTLs" and "A store that stalls"), on a made-up clock.
+
+A reader judges a record by its own TTL, or longer when the record's writer beats slower: the
+step between two of the record's mtimes is its writer's heartbeat, a third of the writer's TTL
+(at most 10 s). Before a reader has seen a step it assumes the slowest (10 s)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from discovery_sync.backends.file.directory import StoreDirectory
+from discovery_sync.backends.file.liveness import Patience, heartbeat_interval
+from discovery_sync.backends.file.view import BucketView
+
+import discovery_sync as ds
+from tests.file.junk import hand_written
+
+NS = 1_000_000_000
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def bucket(store: Path) -> Iterator[StoreDirectory]:
+    directory = StoreDirectory(store, "v1/instances")
+    directory.open(create=True)
+    yield directory
+    directory.close()
+
+
+def reader(bucket: StoreDirectory, clock: Clock, ttl: float, events: list | None = None) -> BucketView:
+    patience = Patience(ttl) if Patience.needed(ttl) else None
+    publish = (lambda e, i: events.append(e)) if events is not None else (lambda e, i: None)
+    return BucketView(ds.RecordKind.ENDPOINT, bucket, ttl, publish, clock=clock, patience=patience)
+
+
+class Writer:
+    """A record whose mtime a writer with ``ttl`` moves, beat by beat, as the clock runs."""
+
+    def __init__(self, store: Path, clock: Clock, ttl: float, name: str = "w", instance_id: int = 1) -> None:
+        self.record, self.path = hand_written(store, name, instance_id)
+        self.clock = clock
+        self.step = heartbeat_interval(ttl)
+        self.mtime_ns = 1_700_000_000 * NS
+        os.utime(self.path, ns=(self.mtime_ns, self.mtime_ns))
+
+    def beat(self) -> None:
+        self.clock.now += self.step
+        self.mtime_ns += round(self.step * NS)
+        os.utime(self.path, ns=(self.mtime_ns, self.mtime_ns))
+
+
+def alive(view: BucketView) -> bool:
+    return bool(view.valid()) and not view.dead(frozenset())
+
+
+def test_every_writer_beats_at_least_as_often_as_a_reference_worker_needs():
+    assert [round(heartbeat_interval(ttl), 3) for ttl in (1, 3, 10, 30, 3600)] == [0.333, 1.0, 3.333, 3.333, 3.333]
+
+
+@pytest.mark.parametrize(
+    ("reader_ttl", "step", "waits"),
+    [
+        (1, 0, 10.0),  # no step seen yet: the slowest heartbeat there is
+        (1, 1 / 3, 1.0),  # a writer with TTL 1
+        (1, 1.0, 3.0),  # TTL 3
+        (1, 10 / 3, 10.0),  # TTL 10 and more, and reference workers
+        (3, 1 / 3, 3.0),  # never shorter than the reader's own TTL
+        (5, 10 / 3, 10.0),
+        (9.5, 0, 10.0),
+    ],
+)
+def test_a_reader_waits_as_long_as_the_writers_heartbeat_asks(reader_ttl, step, waits):
+    patience = Patience(reader_ttl)
+    assert reader_ttl + patience.slack(round(step * NS)) == pytest.approx(waits)
+
+
+def test_a_reader_with_a_ttl_of_ten_seconds_or_more_needs_no_slack():
+    assert not Patience.needed(10) and not Patience.needed(30) and Patience.needed(9.99)
+
+
+@pytest.mark.parametrize("writer_ttl", [3, 10, 30])
+def test_a_short_ttl_reader_never_judges_a_slower_writer_dead_while_it_beats(store, bucket, clock, writer_ttl):
+    events: list = []
+    view = reader(bucket, clock, 1.0, events)
+    writer = Writer(store, clock, writer_ttl)
+    view.refresh()
+    for _ in range(60):  # scanned every 0.2 s of its clock, as a reader with TTL 1 rescans
+        for _ in range(round(writer.step / 0.2)):
+            clock.now += 0.2
+            view.refresh()
+            assert alive(view), clock.now
+        writer.beat()
+        view.refresh()
+    assert events == [ds.Added(writer.record)]
+
+
+def test_a_writer_that_stops_is_judged_dead_after_what_its_heartbeat_asked(store, bucket, clock):
+    view = reader(bucket, clock, 1.0)
+    slow = Writer(store, clock, 10, "slow", 1)
+    view.refresh()
+    slow.beat()
+    view.refresh()  # one step seen: 3.33 s, so 10 s
+    clock.now += 9.9
+    assert alive(view)
+    clock.now += 0.2
+    assert [name for name, _ in view.dead(frozenset())] == [slow.path.name]
+
+
+def test_a_fast_writer_is_judged_dead_after_the_readers_ttl_once_a_step_was_seen(store, bucket, clock):
+    view = reader(bucket, clock, 1.0)
+    fast = Writer(store, clock, 1, "fast", 2)
+    view.refresh()
+    clock.now += 5.0  # no step seen yet: 10 s
+    assert alive(view)
+    fast.beat()
+    view.refresh()
+    clock.now += 0.9
+    assert alive(view)
+    clock.now += 0.2
+    assert not view.valid()
+
+
+def test_a_new_content_under_the_name_starts_without_evidence(store, bucket, clock):
+    view = reader(bucket, clock, 1.0)
+    fast = Writer(store, clock, 1, "fast", 2)
+    view.refresh()
+    fast.beat()
+    view.refresh()
+    replaced = ds.Endpoint("ns", "backend", "fast", 2, ds.Transport.tcp("127.0.0.1:9"))
+    fast.path.write_bytes(ds.instance_to_json(replaced))  # another writer's value: its heartbeat is unknown
+    view.refresh()
+    clock.now += 5.0
+    assert view.valid() == [replaced]
+
+
+def test_nothing_is_judged_dead_while_the_view_is_blind_and_each_record_gets_a_full_ttl_after(store, bucket, clock):
+    events: list = []
+    view = reader(bucket, clock, 10.0, events)
+    writer = Writer(store, clock, 10)
+    view.refresh()
+    view.blind = "this client's heartbeat fails (Read-only file system)"
+    clock.now += 60.0
+    view.refresh()
+    assert alive(view) and view.listed("", ds.Query.endpoints()) == (writer.record,)
+    view.blind = None  # it sees again: the clocks start now
+    clock.now += 9.9
+    assert alive(view)
+    clock.now += 0.2
+    assert not view.valid()
+    assert events == [ds.Added(writer.record)]  # nothing was published Removed meanwhile
+
+
+def test_a_scan_that_stalls_restarts_every_clock(store, bucket, clock, monkeypatch):
+    view = reader(bucket, clock, 10.0)
+    Writer(store, clock, 10)
+    view.refresh()
+    for _ in range(10):
+        view.refresh()  # the usual cost of a scan: no time at all on this clock
+    stalled = view._refresh
+
+    def frozen_mount(*args: object) -> None:  # the scan's system calls wait 30 s for the store
+        clock.now += 30.0
+        stalled(*args)
+
+    monkeypatch.setattr(view, "_refresh", frozen_mount)
+    view.refresh()
+    assert alive(view)  # what the stalled scan read is as old as its start: a full TTL from now
+    clock.now += 9.9
+    assert alive(view)
+    clock.now += 0.2
+    assert not view.valid()
