@@ -52,7 +52,7 @@ from .layout import LOCK_DIRNAME, StoreLayout
 from .liveness import Heartbeat, OwnedNames, Patience, heartbeat_interval
 from .locks import StoreLocks
 from .missed import Suspects, notice_grace
-from .mounts import choose_modes, mount_of, store_cache_window
+from .mounts import choose_modes, mount_of, read_only_filesystem, store_cache_window
 from .names import describe_entry, record_from
 from .options import DEFAULT_TTL, OPTIONS, store_path
 from .oserrors import storage_error
@@ -673,10 +673,14 @@ class FileDiscovery(Discovery):
 
     def _judge_sight(self) -> None:
         """Make every view blind while this client cannot tell a stale store from an unreachable
-        one: its own heartbeat fails (a read-only remount) or stalls (a frozen mount). Seeing
-        again, each view gives every record a full TTL (docs/design.md §6). A read-only client
-        has no heartbeat to tell it: a mount it sees read-only may be written through another."""
+        one: its own heartbeat fails or stalls (a frozen mount), or the store is mounted read-only
+        here (no heartbeat through this mount can move a record, and one that owns nothing would
+        not know). Seeing again, each view gives every record a full TTL (docs/design.md §6). A
+        read-only client has no heartbeat to tell it, and a mount it sees read-only may be written
+        through another: it judges by the clock alone."""
         reason = None if self.read_only else self._liveness.trouble(time.monotonic())
+        if reason is None and not self.read_only and read_only_filesystem(self.layout.root):
+            reason = "the store's filesystem is mounted read-only here"
         views = self._views.values()
         if all((view.blind is None) == (reason is None) for view in views):
             return  # said once per spell

@@ -190,3 +190,12 @@ def choose_modes(root: Path, observer: str | None, lock: str | None, mount: dict
         *chosen,
     )
     return chosen
+
+
+def read_only_filesystem(root: Path) -> bool:
+    """Whether the filesystem holding ``root`` is mounted read-only here now (a remount can make
+    it so at any time); False when that cannot be told."""
+    try:
+        return bool(os.statvfs(root).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False

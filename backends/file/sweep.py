@@ -6,7 +6,10 @@ A file is deleted only when all of these hold:
 * its name is the record name of an identity of the bucket (:func:`.names.id_of_name`), or a
   leftover dot file (``.tmp_*``, ``.fuse_hidden*``, ``.nfs*``);
 * re-opened (``O_NOFOLLOW | O_NONBLOCK``) right before the unlink, it is still a regular file with
-  the inode and mtime the view judged.
+  the inode and mtime the view judged;
+* that re-check answered promptly: one that waited for the store (a frozen mount, which may have
+  answered the scan from its cache) says nothing about the present, so the view's clocks start
+  again and nothing more is judged in this sweep (:data:`.view.STALL_AFTER`).
 
 Everything is done relative to the bucket's descriptor, so nothing outside the bucket can be
 reached. Linux has no "unlink this inode": an entry renamed over the name between the re-check
@@ -24,12 +27,13 @@ from __future__ import annotations
 import logging
 import os
 import stat
+import time
 
 from discovery_sync.discovery import CollectedGarbage
 
 from .directory import DirectoryClosed
 from .names import id_of_name, printable
-from .view import BucketView, Entry
+from .view import STALL_AFTER, BucketView, Entry
 from .wire import remove_record, stat_regular
 
 log = logging.getLogger("discovery_sync.backends.file")
@@ -53,7 +57,8 @@ class Sweeper:
             return result
         with view.directory.use() as dir_fd:
             for name, entry in dead:
-                self._sweep_one(view, dir_fd, name, entry, result, retry, dry_run)
+                if not self._sweep_one(view, dir_fd, name, entry, result, retry, dry_run):
+                    break
         return result
 
     def expire(self, view: BucketView, owned: frozenset[str]) -> None:
@@ -70,7 +75,10 @@ class Sweeper:
         try:
             with view.directory.use() as dir_fd:
                 for name, entry in dead:
-                    if _still_unchanged(dir_fd, name, entry):
+                    unchanged = _recheck(view, dir_fd, name, entry)
+                    if unchanged is None:
+                        return
+                    if unchanged:
                         view.expire(name)
                     else:
                         view.refresh_name(name)
@@ -86,23 +94,25 @@ class Sweeper:
         result: CollectedGarbage,
         retry: bool,
         dry_run: bool,
-    ) -> None:
+    ) -> bool:
+        """Judge and remove one file; False when the store stalled (judge nothing more now)."""
         leftover = name.startswith(".")
         instance_id = None if leftover else id_of_name(view.kind, name)
         if not leftover and instance_id is None:
-            return  # not a record name: never deleted
+            return True  # not a record name: never deleted
         key = f"{view.kind.bucket}/{instance_id.to_path()}" if instance_id is not None else f"{view.kind.bucket}/{name}"
         marker = (view.kind.bucket, name)
         if not retry and self._refused.get(marker) == (entry.ino, entry.mtime_ns):
-            return
-        if not _still_unchanged(dir_fd, name, entry):
-            if not leftover:
+            return True
+        unchanged = _recheck(view, dir_fd, name, entry)
+        if not unchanged:
+            if unchanged is not None and not leftover:
                 view.refresh_name(name)
-            return
+            return unchanged is not None
         if dry_run:
             if not leftover:
                 result.append(key)
-            return
+            return True
         try:
             removed = remove_record(dir_fd, name)
         except OSError as exc:
@@ -119,7 +129,7 @@ class Sweeper:
             if not leftover:
                 result.not_removed[key] = reason
                 view.expire(name)  # dead all the same: watches hear so, as list() already excludes it
-            return
+            return True
         self._refused.pop(marker, None)
         if leftover:
             if removed:
@@ -127,11 +137,31 @@ class Sweeper:
                     "removed the leftover file %s/%s: unchanged for %.1f s", view.kind.bucket, name, view.dead_after
                 )
             view.forget_leftover(name)
-            return
+            return True
         if removed:
             log.info("removed %s/%s: no heartbeat for %.1f s", view.kind.bucket, name, view.dead_after)
             result.append(key)
         view.refresh_name(name)
+        return True
+
+
+def _recheck(view: BucketView, dir_fd: int, name: str, entry: Entry) -> bool | None:
+    """:func:`_still_unchanged`, or None when the answer took so long that the store stalled: then
+    every clock of the view starts again."""
+    began = time.monotonic()
+    unchanged = _still_unchanged(dir_fd, name, entry)
+    took = time.monotonic() - began
+    if took <= STALL_AFTER:
+        return unchanged
+    log.warning(
+        "re-checking %s/%s before judging it dead took %.1f s: the store stalled; no record is judged dead "
+        "before it has had a full TTL to show a heartbeat again",
+        view.kind.bucket,
+        printable(name),
+        took,
+    )
+    view.restart_clocks()
+    return None
 
 
 def _still_unchanged(dir_fd: int, name: str, entry: Entry) -> bool:

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 from discovery_sync.backends.file.view import BucketView
 
+from tests.file.disks import disk  # noqa: F401  (a fixture of this package's tests)
 from tests.helpers import LogCatcher, caught_logs
 
 

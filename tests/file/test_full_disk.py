@@ -9,7 +9,6 @@ from __future__ import annotations
 import errno
 import itertools
 import os
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -24,59 +23,6 @@ from tests.helpers import endpoint_spec, model_spec
 
 BUCKETS = ("instances", "mdc", "event_channels", "event_sources")
 HELD_STALE = 0.4  # the holder rewrites its marker every 0.1 s
-
-
-class SmallDisk:
-    """A tmpfs mounted for one test (1 MiB, 256 inodes), made full or read-only on demand."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.store = path / "store"
-        self.filler = path / "filler"
-
-    def mount(self) -> None:
-        self.path.mkdir()
-        subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=1m,nr_inodes=256,mode=0755", "tmpfs", str(self.path)],
-            check=True,
-            capture_output=True,
-        )
-        self.filler.mkdir()
-
-    def unmount(self) -> None:
-        subprocess.run(["umount", "--lazy", str(self.path)], check=True, capture_output=True)
-
-    def fill(self, what: str) -> None:
-        """Leave no free ``space`` (every page taken) or no free ``inodes`` on the disk."""
-        if what == "space":
-            with open(self.filler / "space", "wb", buffering=0) as filler, pytest.raises(OSError) as full:
-                while True:
-                    filler.write(b"\0" * 65536)
-        else:
-            with pytest.raises(OSError) as full:
-                for number in range(100_000):
-                    (self.filler / f"inode-{number}").touch()
-        assert full.value.errno == errno.ENOSPC
-        with pytest.raises(OSError, match="No space left"):  # not even one byte fits in a new file
-            (self.path / "one-byte").write_bytes(b"x")
-        (self.path / "one-byte").unlink(missing_ok=True)
-
-    def free(self) -> None:
-        for path in self.filler.iterdir():
-            path.unlink()
-
-    def read_only(self, on: bool) -> None:
-        subprocess.run(["mount", "-o", f"remount,{'ro' if on else 'rw'}", str(self.path)], check=True)
-
-
-@pytest.fixture
-def disk(tmp_path: Path) -> Iterator[SmallDisk]:
-    small = SmallDisk(tmp_path / "disk")
-    small.mount()
-    try:
-        yield small
-    finally:
-        small.unmount()
 
 
 @pytest.fixture

@@ -26,6 +26,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 SSHD = "/usr/sbin/sshd"
@@ -305,6 +306,30 @@ class SshfsRig:
         self._server_pids |= {pid for pid in mine if "sshd" in table[pid][1]}
         mine.discard(os.getpid())
         return sorted(pid for pid in mine if _alive(pid))
+
+    def server_sessions(self) -> list[int]:
+        """The sshd processes serving the mounts' connections (their SFTP servers: internal-sftp
+        runs inside them); not the listener."""
+        table = _processes()
+        listener = self.sshd.pid if self.sshd is not None else None
+        return [pid for pid in self.processes() if pid != listener and "sshd" in table.get(pid, (0, ""))[1]]
+
+    @contextlib.contextmanager
+    def frozen(self) -> Iterator[list[int]]:
+        """The file server stops answering (SIGSTOP of every session serving the mounts) while the
+        block runs, and goes on after it (SIGCONT), as a hung NFS server or a stalled link would:
+        every call on the mounts that needs the server waits meanwhile."""
+        sessions = self.server_sessions()
+        if not sessions:
+            raise SshfsRigError("no sshd session serves the mounts: nothing to freeze")
+        for pid in sessions:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            yield sessions
+        finally:
+            for pid in sessions:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
 
     # -- close ----------------------------------------------------------------------------------
     def close(self, timeout: float = 10.0) -> None:

@@ -239,3 +239,35 @@ def test_four_writers_per_host_lose_nothing_tear_nothing_and_no_live_record_is_r
     record_property("churn_s", round(churned - began, 2))
     record_property("settled_after_churn_s", settled)
     record_property("total_s", round(time.monotonic() - began, 2))
+
+
+# -- a frozen file server ------------------------------------------------------------------------
+FREEZE = 30.0
+FREEZE_TTL = 3.0  # far shorter than the freeze: every record looks dead by the clock after it
+
+
+def test_a_frozen_file_server_makes_no_client_remove_or_report_removed_a_live_record(sshfs_rig, hosts, agents):
+    """The server stops answering for 30 s (SIGSTOP of its SFTP sessions) while writers and
+    watchers on both mounts run: every call that needs the server waits, the cached ones answer.
+    No record is removed from the store, no watcher reports one Removed, and each ends in the
+    true state (docs/design.md §6, "A store that stalls")."""
+    options = {"ttl": FREEZE_TTL, "rescan_interval": SKEW_RESCAN, "poll_interval": SKEW_POLL}
+    watchers = [WatchLog(start(agents, f"watch-{h}", "watch", hosts.url(h, **options), "frozen")) for h in "ab"]
+    for watcher in watchers:
+        assert watcher.established(START_TIMEOUT) == set()
+    holders = [start(agents, f"hold-{h}", "hold", hosts.url(h, **options), "frozen", "2") for h in "ab"]
+    paths = {path for holder in holders for path in holder.next(START_TIMEOUT)["paths"]}
+    for watcher in watchers:
+        assert watcher.until(lambda w=watcher: w.state == paths, CACHE_WINDOW_B + 10), watcher.events
+    with sshfs_rig.frozen():
+        for watcher in watchers:
+            watcher.quiet(FREEZE / len(watchers))
+    # once thawed, each record has a full TTL (plus the cache window on B) to show a heartbeat
+    for watcher in watchers:
+        watcher.quiet(FREEZE_TTL + CACHE_WINDOW_B + 3 * SKEW_RESCAN + 2)
+    for watcher in watchers:
+        assert watcher.removed() == [], (watcher.agent.name, watcher.events)
+        assert watcher.state == paths
+    assert {path.name for path in store_files(hosts.export)["records"]} == {path.replace("/", "%2F") for path in paths}
+    for holder in holders:
+        assert holder.process.poll() is None, holder.log()
