@@ -128,7 +128,7 @@ class MemoryDiscovery(Discovery):
         self.registry = registry if registry is not None else named_registry()
         instance_id = OPTIONS.check("instance_id", instance_id)
         self._instance_id = instance_id if instance_id is not None else secrets.randbits(64)
-        self._watches: list[WatchFeed] = []
+        self._watches = FeedSet()  # this client's open feeds, for shutdown(); a closed feed leaves it
 
     @property
     def instance_id(self) -> int:
@@ -154,15 +154,16 @@ class MemoryDiscovery(Discovery):
 
     def _open_feed(self, feed: WatchFeed) -> None:
         self.registry.open_feed(feed)
-        self._watches.append(feed)
+        self._watches.add(feed)
+        if self.closed:  # shutdown() closed this client's feeds before this one joined them
+            feed._close()
+            self._check_open()
 
     def _probe(self) -> None:
         return None
 
     def _close(self) -> None:
-        for feed in self._watches:
-            feed._close()
-        self._watches.clear()
+        self._watches.close_all()
 
 
 OPTIONS = OptionSet("memory", {"instance_id": optional(uint64), "read_only": boolean})

@@ -69,7 +69,8 @@ class LiveView(Mapping[K, V]):
       (not for the initial state); an exception in one is logged and the view goes on.
 
     The map is complete when the constructor returns (like ``list()``). Reads are cheap: a
-    snapshot is copied once per change, when first asked for.
+    snapshot is copied once per change, when first asked for. ``close()`` stops the thread and
+    closes the watch, releasing both; a view dropped without it runs until its client shuts down.
     """
 
     def __init__(

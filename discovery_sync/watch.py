@@ -257,6 +257,9 @@ class Watch:
     in time, :class:`~discovery_sync.errors.WatchClosed` after ``close()`` and
     :class:`~discovery_sync.errors.WatchFailed` when the backend thread feeding it died.
     Iteration ends when the watch is closed and raises WatchFailed on failure.
+
+    ``close()`` (or the client's ``shutdown()``) releases everything the watch holds in the
+    client; a watch dropped without ``close()`` stays fed, and held, until the client shuts down.
     """
 
     def __init__(self, feed: WatchFeed) -> None:
