@@ -66,6 +66,7 @@ class Discovery(abc.ABC):
         self._owned: dict[DiscoveryInstanceId, DiscoveryInstance] = {}
         self._closed = False
         self.read_only = read_only
+        self._endpoint_leases = EndpointLeases(self)
 
     # -- identity ---------------------------------------------------------------------------------
     @property
@@ -183,13 +184,16 @@ class Discovery(abc.ABC):
             )
 
     def unregister(self, instance: DiscoveryInstance | DiscoveryInstanceId) -> None:
-        """Remove a record this client registered. NotFoundError when it owns no such record."""
+        """Remove a record this client registered. NotFoundError when it owns no such record;
+        ConflictError, with nothing removed, for an endpoint that leases of this client hold
+        (:meth:`lease_endpoint`): release them instead."""
         instance_id = instance.id() if isinstance(instance, _INSTANCE_TYPES) else instance
         self._check_writable("unregister records")
         with self._api_lock:
             self._check_open()
             if instance_id not in self._owned:
                 raise NotFoundError(f"this client has not registered {_describe(instance_id)}")
+            self._endpoint_leases.check_unleased(instance_id)
             self._delete(instance_id)
             del self._owned[instance_id]
 
@@ -230,8 +234,6 @@ class Discovery(abc.ABC):
         with self._api_lock:
             return ordered(self._owned.values())
 
-    _endpoint_leases: EndpointLeases | None = None  # created by the first lease_endpoint()
-
     def lease_endpoint(self, spec: EndpointSpec) -> EndpointLease:
         """A lease of an endpoint registration shared by every part of the process serving it.
 
@@ -244,19 +246,22 @@ class Discovery(abc.ABC):
         ``register()``, or by another client with the same instance id) is borrowed: it stays
         when every lease is released. A different stored value raises ConflictError.
 
+        While leases hold the registration, ``unregister()`` of it raises ConflictError: release
+        them instead. A lease of a held registration checks that its record is still stored and
+        registers it again when it vanished by another route (deleted in the store, swept).
+
         The last release retries a failing unregister with backoff (50 ms doubling to 5 s) until
-        it succeeds, the record is gone, or the client shuts down. A lease taken after a release
-        registers again even while a listing still shows the removed record.
+        it succeeds, the record is gone, a new lease takes the registration, or the client shuts
+        down. A lease taken while it retries shares the record still stored (the release then
+        returns), or raises BackendUnavailable saying why it cannot. A lease taken after a
+        release registers again even while a listing still shows the removed record. A lease
+        waits at most 30 s (``endpoint_leases.WAIT_TIMEOUT``) for another thread's store call
+        on the same endpoint, then raises BackendUnavailable.
 
         Only an EndpointSpec can be leased (ValidationError otherwise); ClientClosed after shutdown().
         """
         self._check_writable("lease endpoints")
-        with self._api_lock:
-            self._check_open()
-            if self._endpoint_leases is None:
-                self._endpoint_leases = EndpointLeases(self)
-            leases = self._endpoint_leases
-        return leases.acquire(spec)
+        return self._endpoint_leases.acquire(spec)
 
     # -- reading ----------------------------------------------------------------------------------
     def get(self, instance_id: DiscoveryInstanceId) -> DiscoveryInstance | None:
@@ -285,6 +290,7 @@ class Discovery(abc.ABC):
 
         The watch yields one Added per matching record, then one Resync with all of them, then
         every later change. After falling behind it yields the missed changes and a Resync.
+        ``watch.close()`` releases what the watch holds; an unclosed one lasts until ``shutdown()``.
         """
         _check_query(query)
         self._check_open()
@@ -378,8 +384,7 @@ class Discovery(abc.ABC):
             if self._closed:
                 return
             self._closed = True
-            if self._endpoint_leases is not None:  # a release retrying its unregister returns
-                self._endpoint_leases.cancel()
+            self._endpoint_leases.cancel()  # a release retrying its unregister returns
             owned, self._owned = self._owned, {}
             for instance_id in owned:
                 try:

@@ -18,6 +18,7 @@ from tests.helpers import endpoint_spec, model_spec
 
 NAMESPACE = "ns"
 PROMPTLY = 2.0  # a release that has nothing left to retry, or is cancelled, is done within this
+RETRY_BOUND = 6.0  # the longest wait between two attempts of a release (5 s, +20 % jitter)
 
 
 def wait_for_endpoints(observer: ds.Discovery, expected: list[ds.Endpoint], timeout: float) -> None:
@@ -123,13 +124,167 @@ def test_a_lease_after_a_release_registers_again_despite_a_stale_listing(rig, mo
 def test_release_ends_when_another_path_removed_the_record_and_the_next_lease_registers_again(rig):
     lessee, observer = rig.client(), rig.client()
     lease = lessee.lease_endpoint(endpoint_spec(port=9001))
-    lessee.unregister(lease.id)
+    lessee._delete(lease.id)  # fault injection: the record deleted in the store by hand
     wait_for_endpoints(observer, [], rig.event_timeout)
     assert timed_release(lease) < PROMPTLY
 
     with lessee.lease_endpoint(endpoint_spec(port=9002)) as replacement:
         wait_for_endpoints(observer, [replacement.instance], rig.event_timeout)
     wait_for_endpoints(observer, [], rig.event_timeout)
+
+
+def test_unregister_of_a_leased_endpoint_is_refused_naming_its_leases(rig):
+    lessee, observer = rig.client(), rig.client()
+    leases = [lessee.lease_endpoint(endpoint_spec()) for _ in range(2)]
+    with pytest.raises(ds.ConflictError, match=r"2 leases of this client hold it .*release them instead"):
+        lessee.unregister(leases[0].id)
+    leases.append(lessee.lease_endpoint(endpoint_spec()))
+    wait_for_endpoints(observer, [leases[0].instance], rig.event_timeout)
+    for lease in leases[1:]:
+        lease.release()
+    with pytest.raises(ds.ConflictError, match=r"1 lease of this client holds it .*the last release removes it"):
+        lessee.unregister(leases[0].instance)
+    assert lessee.owned() == (leases[0].instance,)
+    leases[0].release()
+    wait_for_endpoints(observer, [], rig.event_timeout)
+    with pytest.raises(ds.NotFoundError):
+        lessee.unregister(leases[0].id)
+
+
+def test_unregister_of_a_borrowed_registration_waits_for_its_leases_to_be_released(rig):
+    client, observer = rig.client(), rig.client()
+    stored = client.register(endpoint_spec())
+    lease = client.lease_endpoint(endpoint_spec())
+    with pytest.raises(ds.ConflictError, match=r"release them instead, then unregister\(\) it"):
+        client.unregister(stored)
+    lease.release()
+    assert observer.list(ds.Query.endpoints()) == [stored]
+    client.unregister(stored)
+    wait_for_endpoints(observer, [], rig.event_timeout)
+
+
+def test_a_lease_registers_again_a_shared_registration_whose_record_vanished(rig):
+    lessee, observer = rig.client(), rig.client()
+    leases = [lessee.lease_endpoint(endpoint_spec()) for _ in range(2)]
+    lessee._delete(leases[0].id)  # fault injection: the record deleted in the store by hand
+    wait_for_endpoints(observer, [], rig.event_timeout)
+    leases.append(lessee.lease_endpoint(endpoint_spec()))
+    # stored when the lease returns (the file store's heartbeat would write it back only later)
+    assert lessee.get(leases[0].id) == leases[0].instance
+    wait_for_endpoints(observer, [leases[0].instance], rig.event_timeout)
+    for lease in leases:
+        wait_for_endpoints(observer, [lease.instance], rig.event_timeout)
+        lease.release()
+    wait_for_endpoints(observer, [], rig.event_timeout)
+
+
+def in_thread(name: str, call) -> tuple[threading.Thread, list[object]]:
+    """Run ``call`` on a thread named ``name``; the list gets what it returned or raised."""
+    outcome: list[object] = []
+
+    def run() -> None:
+        try:
+            outcome.append(call())
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+def refuse_unregister(monkeypatch, client: ds.Discovery) -> None:
+    """Fault injection: the store refuses this client's unregister (a read-only or full store)."""
+
+    def refused(instance):
+        raise ds.BackendUnavailable("injected: the store refuses writes")
+
+    monkeypatch.setattr(client, "unregister", refused)
+
+
+def test_a_lease_taken_while_the_last_release_retries_reuses_the_registration(rig, monkeypatch, thread_log):
+    lessee, observer = rig.client(), rig.client()
+    first = lessee.lease_endpoint(endpoint_spec())
+    refuse_unregister(monkeypatch, lessee)
+    releaser, _ = in_thread("test-releaser", first.release)
+    assert thread_log.count("releasing the endpoint registration", at_least=2) >= 2  # 50 ms, then 100 ms
+    started = time.monotonic()
+    taker, taken = in_thread("test-lessee", lambda: lessee.lease_endpoint(endpoint_spec()))
+    taker.join(PROMPTLY)
+    releaser.join(PROMPTLY)
+    monkeypatch.undo()  # the store takes writes again (a lease still blocked would now go on)
+    assert not taker.is_alive(), "a lease waited for a release that retries its unregister"
+    assert time.monotonic() - started < PROMPTLY
+    assert not releaser.is_alive(), "the release went on retrying after a lease took the registration again"
+    second = taken[0]
+    assert isinstance(second, ds.EndpointLease) and second.instance == first.instance
+    assert first.released
+    wait_for_endpoints(observer, [second.instance], rig.event_timeout)
+    second.release()
+    wait_for_endpoints(observer, [], rig.event_timeout)
+
+
+def test_a_lease_that_cannot_take_over_a_retrying_release_says_why(rig, monkeypatch, thread_log):
+    lessee, observer = rig.client(), rig.client()
+    first = lessee.lease_endpoint(endpoint_spec())
+    refuse_unregister(monkeypatch, lessee)
+    releaser, _ = in_thread("test-releaser", first.release)
+    assert thread_log.count("releasing the endpoint registration", at_least=1) >= 1
+    lessee._delete(first.id)  # fault injection: the record deleted in the store by hand ...
+
+    def refused(spec):
+        raise ds.BackendUnavailable("injected: the store refuses writes")
+
+    monkeypatch.setattr(lessee, "register", refused)  # ... which refuses to store it again
+    started = time.monotonic()
+    taker, taken = in_thread("test-lessee", lambda: lessee.lease_endpoint(endpoint_spec()))
+    taker.join(PROMPTLY)
+    monkeypatch.undo()
+    assert not taker.is_alive(), "a lease waited for a release that retries its unregister"
+    assert time.monotonic() - started < PROMPTLY
+    failure = taken[0]
+    assert isinstance(failure, ds.BackendUnavailable), failure
+    assert "the release of its last lease is still retrying to remove it" in str(failure)
+    assert "injected: the store refuses writes" in str(failure)
+    releaser.join(PROMPTLY + RETRY_BOUND)  # its next attempt succeeds (NotFound: the record is gone)
+    assert not releaser.is_alive()
+    wait_for_endpoints(observer, [], rig.event_timeout)
+    with lessee.lease_endpoint(endpoint_spec()) as lease:
+        wait_for_endpoints(observer, [lease.instance], rig.event_timeout)
+
+
+def test_a_lease_waits_for_another_threads_lease_of_the_endpoint_at_most_its_bound(rig, monkeypatch):
+    from discovery_sync import endpoint_leases
+
+    lessee, observer = rig.client(), rig.client()
+    entered, go_on = threading.Event(), threading.Event()
+    register = lessee.register
+
+    def stuck_register(spec):  # fault injection: a store that takes its time to answer
+        entered.set()
+        go_on.wait(30)
+        return register(spec)
+
+    monkeypatch.setattr(lessee, "register", stuck_register)
+    monkeypatch.setattr(endpoint_leases, "WAIT_TIMEOUT", 0.5)
+    first, first_outcome = in_thread("test-first-lessee", lambda: lessee.lease_endpoint(endpoint_spec()))
+    assert entered.wait(rig.event_timeout)
+    started = time.monotonic()
+    second, second_outcome = in_thread("test-second-lessee", lambda: lessee.lease_endpoint(endpoint_spec()))
+    second.join(PROMPTLY)
+    waited, still_waiting = time.monotonic() - started, second.is_alive()
+    go_on.set()
+    first.join(rig.event_timeout)
+    assert not still_waiting, "a lease waited without limit for another thread's lease of the endpoint"
+    assert 0.5 <= waited < PROMPTLY
+    failure = second_outcome[0]
+    assert isinstance(failure, ds.BackendUnavailable), failure
+    assert "waited 0.5 s for another thread" in str(failure) and "registering it" in str(failure)
+    lease = first_outcome[0]
+    assert isinstance(lease, ds.EndpointLease)
+    wait_for_endpoints(observer, [lease.instance], rig.event_timeout)
+    lease.release()
+    assert lessee._endpoint_leases._slots == {}
 
 
 def test_release_ends_after_shutdown_removed_the_record(rig):
