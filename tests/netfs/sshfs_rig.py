@@ -25,6 +25,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -95,6 +96,11 @@ def _processes() -> dict[int, tuple[int, str]]:
             continue
         table[int(entry)] = (ppid, command)
     return table
+
+
+def _list_then_set(directory: Path, done: threading.Event) -> None:
+    os.listdir(directory)
+    done.set()
 
 
 class SshfsRigError(RuntimeError):
@@ -314,11 +320,26 @@ class SshfsRig:
         listener = self.sshd.pid if self.sshd is not None else None
         return [pid for pid in self.processes() if pid != listener and "sshd" in table.get(pid, (0, ""))[1]]
 
+    def session_of_mount_a(self) -> int:
+        """The sshd session that serves mount A (caches off: every call on it needs the server),
+        found by freezing each session in turn until a listing of mount A waits for one."""
+        for pid in self.server_sessions():
+            listed = threading.Event()
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                threading.Thread(target=_list_then_set, args=(self.mount_a, listed), daemon=True).start()
+                if not listed.wait(1.0):
+                    return pid
+            finally:
+                os.kill(pid, signal.SIGCONT)
+        raise SshfsRigError("no sshd session serves mount A")
+
     @contextlib.contextmanager
-    def frozen(self) -> Iterator[list[int]]:
+    def frozen(self, *, first: int | None = None, stagger: float = 0.0) -> Iterator[list[int]]:
         """The file server stops answering (SIGSTOP of every session serving the mounts) while the
-        block runs, and goes on after it (SIGCONT), as a hung NFS server or a stalled link would:
-        every call on the mounts that needs the server waits meanwhile."""
+        block runs, as a hung NFS server or a stalled link would: every call on the mounts that
+        needs the server waits meanwhile. Then it answers again (SIGCONT): session ``first``
+        first, the others ``stagger`` seconds later (connections recover one by one)."""
         sessions = self.server_sessions()
         if not sessions:
             raise SshfsRigError("no sshd session serves the mounts: nothing to freeze")
@@ -327,7 +348,10 @@ class SshfsRig:
         try:
             yield sessions
         finally:
-            for pid in sessions:
+            ordered = sorted(sessions, key=lambda pid: pid != first)
+            for index, pid in enumerate(ordered):
+                if index == 1 and stagger:
+                    time.sleep(stagger)  # the fault itself: the other connections answer later
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGCONT)
 

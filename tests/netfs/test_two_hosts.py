@@ -249,8 +249,9 @@ FREEZE_TTL = 3.0  # far shorter than the freeze: every record looks dead by the 
 def test_a_frozen_file_server_makes_no_client_remove_or_report_removed_a_live_record(sshfs_rig, hosts, agents):
     """The server stops answering for 30 s (SIGSTOP of its SFTP sessions) while writers and
     watchers on both mounts run: every call that needs the server waits, the cached ones answer.
-    No record is removed from the store, no watcher reports one Removed, and each ends in the
-    true state (docs/design.md §6, "A store that stalls")."""
+    It answers mount A first and mount B 1.5 s later, so A's clients read B's files before B's
+    writer could touch them again. No record is removed from the store, no watcher reports one
+    Removed, and each ends in the true state (docs/design.md §6, "A store that stalls")."""
     options = {"ttl": FREEZE_TTL, "rescan_interval": SKEW_RESCAN, "poll_interval": SKEW_POLL}
     watchers = [WatchLog(start(agents, f"watch-{h}", "watch", hosts.url(h, **options), "frozen")) for h in "ab"]
     for watcher in watchers:
@@ -259,7 +260,7 @@ def test_a_frozen_file_server_makes_no_client_remove_or_report_removed_a_live_re
     paths = {path for holder in holders for path in holder.next(START_TIMEOUT)["paths"]}
     for watcher in watchers:
         assert watcher.until(lambda w=watcher: w.state == paths, CACHE_WINDOW_B + 10), watcher.events
-    with sshfs_rig.frozen():
+    with sshfs_rig.frozen(first=sshfs_rig.session_of_mount_a(), stagger=1.5):
         for watcher in watchers:
             watcher.quiet(FREEZE / len(watchers))
     # once thawed, each record has a full TTL (plus the cache window on B) to show a heartbeat
