@@ -35,6 +35,7 @@ from .identity import (
     id_from_path,
 )
 from .live_view import LiveView
+from .lora import lora_suffix
 from .model import (
     DiscoveryInstance,
     Endpoint,
@@ -119,5 +120,6 @@ __all__ = [
     "instance_from_dict",
     "instance_from_json",
     "instance_to_json",
+    "lora_suffix",
     "spec_from_dict",
 ]

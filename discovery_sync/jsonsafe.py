@@ -15,13 +15,20 @@ A storable value is built only from:
 nested at most :data:`MAX_DEPTH` levels, the record itself counting as the first: ``serde_json``
 stops at 128 levels, and a Kubernetes watch event wraps each record in five more.
 
+Readers apply the same limit: :func:`too_deep` is the one depth test of :func:`storable` and of
+the parse of a stored record (``discovery_sync.model.instance_from_json``), so a record
+``register()`` refuses is unreadable everywhere. Depth is the only rule a parse needs to check:
+``orjson`` reads integers beyond the range above as floats (as ``serde_json`` does) and refuses
+NaN, infinities, lone surrogates and bytes that are not UTF-8, so every other value it returns is
+storable.
+
 Everything else (sets, bytes, datetimes, UUIDs, enums, dataclasses, ``float`` subclasses such as
 NumPy scalars, non-string keys, …) is refused rather than converted, so what a caller registers
 is what every backend returns.
 
 :func:`storable` is the hot path: one ``orjson`` serialisation and parse plus an equality
-test (and, when the JSON holds more than :data:`MAX_DEPTH` brackets, a measure of its depth on
-the serialised bytes). Only when a check fails is the value walked, to name the offending field.
+test (and, when the JSON holds more than :data:`MAX_DEPTH` brackets, a bound of its depth on
+the serialised bytes, :func:`too_deep`). Only when a check fails is the value walked, to name the offending field.
 """
 
 from __future__ import annotations
@@ -61,7 +68,7 @@ def storable(value: Any, subject: Callable[[], str]) -> Any:
         raw = orjson.dumps(value)
     except orjson.JSONEncodeError as exc:
         raise _refusal(value, subject, fallback=str(exc)) from None
-    if _nests_deeper_than(raw, MAX_DEPTH):
+    if too_deep(raw):
         _raise_for_problem(value, subject)
     try:
         parsed = orjson.loads(raw)
@@ -73,6 +80,15 @@ def storable(value: Any, subject: Callable[[], str]) -> Any:
     # unless only tuples and equal-comparing subclasses made the difference
     _raise_for_problem(value, subject)
     return parsed
+
+
+def problem_of(value: Any) -> str | None:
+    """What makes ``value`` unstorable, naming the field (``card_json["x"] has type set ...``), or
+    None when nothing does. A walk of ``value`` that stops :data:`MAX_DEPTH` levels down (and at a
+    value containing itself): meant for values already known to fail, as it costs a lot more than
+    :func:`storable`."""
+    problem = _find_problem(value, "", 1)
+    return None if problem is None else f"{shortened_path(problem[0])} {problem[1]}"
 
 
 def _raise_for_problem(value: Any, subject: Callable[[], str]) -> None:
@@ -88,13 +104,37 @@ def _equal(parsed: Any, value: Any) -> bool:
         return False
 
 
+def too_deep(raw: bytes, levels_above: int = 0) -> bool:
+    """Whether the JSON text ``raw`` nests arrays and objects more than :data:`MAX_DEPTH` levels
+    deep, the outermost counting as the first: what :func:`storable` refuses and readers skip.
+    ``levels_above``: how deep in its record ``raw``'s value sits (a ``card_json``: 1).
+
+    Cheap where it matters, on every record read: nothing for at most ``2 * MAX_DEPTH`` bytes,
+    two byte counts for at most MAX_DEPTH brackets (records almost always hold fewer), a pass
+    over the brackets outside strings otherwise. Meant for valid JSON (any writer's: whitespace
+    and escapes do not matter); the answer for other bytes means nothing."""
+    return _nests_deeper_than(raw, MAX_DEPTH - levels_above)
+
+
+TOO_DEEP = (
+    f"nests JSON more than {MAX_DEPTH} levels deep (counting the record itself), which register() "
+    "refuses: the reference runtime reads at most 128, Kubernetes envelopes included"
+)
+#: what is wrong with a value inside itself (after "X is Y itself: ")
+CONTAINS_ITSELF = "JSON cannot hold a value that contains itself; break the loop (store an id, say)"
+
+
 def _nests_deeper_than(raw: bytes, limit: int) -> bool:
-    """Whether the JSON text ``raw`` (as orjson writes it) nests arrays and objects more than
-    ``limit`` levels deep, measured on the bytes: no more than ``limit`` brackets means no such
-    depth; otherwise the brackets outside strings are kept, and each pass removes one level."""
-    if raw.count(b"[") + raw.count(b"{") <= limit:
+    """Whether the JSON text ``raw`` nests arrays and objects more than ``limit`` levels deep,
+    measured on the bytes. At most ``limit`` brackets (or ``2 * limit`` bytes) cannot; otherwise
+    the brackets outside strings bound the depth (the opening ones less those that follow a
+    closing one: a sibling opens no new level), and only a bound above ``limit`` has the depth
+    measured, each pass removing one level."""
+    if len(raw) <= 2 * limit or raw.count(b"[") + raw.count(b"{") <= limit:
         return False
     brackets = _brackets_outside_strings(raw)
+    if brackets.count(b"[") - brackets.count(b"][") <= limit:
+        return False
     for _ in range(limit):
         if not brackets:
             return False
@@ -127,17 +167,19 @@ def _refusal(value: Any, subject: Callable[[], str], *, fallback: str) -> Valida
 
 def _error(subject: str, problem: _Problem) -> ValidationError:
     path, what = problem
-    return ValidationError(f"cannot store {subject}: {_shortened_path(path)} {what}")
+    return ValidationError(f"cannot store {subject}: {shortened_path(path)} {what}")
 
 
-def _shortened_path(path: str, limit: int = 160) -> str:
+def shortened_path(path: str, limit: int = 160) -> str:
     """The path for a message: a very deep one keeps its start and end."""
     if not path:
         return "the record"
     return path if len(path) <= limit else f"{path[: limit // 2]}...{path[-limit // 2 :]}"
 
 
-def _find_problem(value: Any, path: str, depth: int) -> _Problem | None:
+def _find_problem(value: Any, path: str, depth: int, ancestors: dict[int, str] | None = None) -> _Problem | None:
+    """The first field of ``value`` that is not storable, and why; ``ancestors``: the paths of
+    the containers ``value`` is inside, by id (a container among them is a cycle)."""
     if value is None or isinstance(value, bool):
         return None
     if isinstance(value, str):
@@ -146,42 +188,49 @@ def _find_problem(value: Any, path: str, depth: int) -> _Problem | None:
         return _int_problem(value, path)
     if type(value) is float:
         return None if math.isfinite(value) else (path, f"is {value}: JSON has no NaN or infinity; use null or text")
-    if isinstance(value, dict):
-        return _too_deep(path, depth) or _dict_problem(value, path, depth)
-    if isinstance(value, list) or type(value) is tuple:
-        return _too_deep(path, depth) or _items_problem(value, path, depth)
-    return (path, _type_problem(value))
+    if not (isinstance(value, (dict, list)) or type(value) is tuple):
+        return (path, _type_problem(value))
+    if ancestors is None:
+        ancestors = {}
+    outer = ancestors.get(id(value))
+    if outer is not None:
+        return (path, f"is {shortened_path(outer)} itself: {CONTAINS_ITSELF}")
+    problem = _too_deep(path, depth)
+    if problem is None:
+        ancestors[id(value)] = path
+        if isinstance(value, dict):
+            problem = _dict_problem(value, path, depth, ancestors)
+        else:
+            problem = _items_problem(value, path, depth, ancestors)
+        del ancestors[id(value)]
+    return problem
 
 
-def _dict_problem(value: dict[Any, Any], path: str, depth: int) -> _Problem | None:
+def _dict_problem(value: dict[Any, Any], path: str, depth: int, ancestors: dict[int, str]) -> _Problem | None:
     for key, item in value.items():
         if type(key) is not str:
             return (path, f"has the key {_short(key)} ({type(key).__name__}): JSON object keys are strings")
         key_problem = _text_problem(key, path, f"has the key {_quote(key)} that")
         if key_problem is not None:
             return key_problem
-        problem = _find_problem(item, f"{path}[{_quote(key)}]" if path else key, depth + 1)
+        problem = _find_problem(item, f"{path}[{_quote(key)}]" if path else key, depth + 1, ancestors)
         if problem is not None:
             return problem
     return None
 
 
-def _items_problem(value: list[Any] | tuple[Any, ...], path: str, depth: int) -> _Problem | None:
+def _items_problem(
+    value: list[Any] | tuple[Any, ...], path: str, depth: int, ancestors: dict[int, str]
+) -> _Problem | None:
     for index, item in enumerate(value):
-        problem = _find_problem(item, f"{path}[{index}]", depth + 1)
+        problem = _find_problem(item, f"{path}[{index}]", depth + 1, ancestors)
         if problem is not None:
             return problem
     return None
 
 
 def _too_deep(path: str, depth: int) -> _Problem | None:
-    if depth <= MAX_DEPTH:
-        return None
-    return (
-        path,
-        f"nests JSON more than {MAX_DEPTH} levels deep (counting the record itself): the reference "
-        "runtime reads at most 128, Kubernetes envelopes included (or the value contains itself)",
-    )
+    return None if depth <= MAX_DEPTH else (path, TOO_DEEP)
 
 
 def _text_problem(text: str, path: str, subject: str) -> _Problem | None:

@@ -22,7 +22,7 @@ from .identity import (
     ModelCardInstanceId,
     RecordKind,
 )
-from .jsonsafe import storable
+from .jsonsafe import TOO_DEEP, problem_of, storable, too_deep
 from .scope import EndpointId, EventScope
 from .transports import EventTransport, Transport
 from .validation import RequiredFields, require, require_object
@@ -266,22 +266,44 @@ _TYPES: dict[str, type[Endpoint] | type[Model] | type[EventChannel] | type[Event
 
 
 def instance_from_dict(data: Any) -> DiscoveryInstance:
-    """Build an instance from its parsed JSON; ValidationError when it is not a valid record."""
+    """Build an instance from its parsed JSON; ValidationError when it is not a valid record, or
+    not JSON that ``register()`` would store: nested deeper than
+    :data:`~discovery_sync.jsonsafe.MAX_DEPTH` (the test :func:`instance_from_json` runs on a
+    record's bytes), or holding something orjson cannot serialise."""
+    try:
+        raw = orjson.dumps(data)
+    except orjson.JSONEncodeError as exc:
+        raise ValidationError(f"record is not storable JSON: {problem_of(data) or exc}") from None
+    if too_deep(raw):
+        raise ValidationError(_TOO_DEEP_TO_READ)
+    return _from_parsed(data)
+
+
+def instance_from_json(raw: bytes | str) -> DiscoveryInstance:
+    """Parse the stored JSON of one record. ValidationError when it is not a valid record, or
+    not one ``register()`` would store: the same depth test as ``register()``'s
+    (:func:`discovery_sync.jsonsafe.too_deep`), so readers skip what writers refuse. orjson's
+    parse can return nothing else ``register()`` refuses (see :mod:`discovery_sync.jsonsafe`)."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise ValidationError(f"record is not valid JSON: {exc}") from None
+    if too_deep(raw if isinstance(raw, bytes) else raw.encode()):
+        raise ValidationError(_TOO_DEEP_TO_READ)
+    return _from_parsed(data)
+
+
+_TOO_DEEP_TO_READ = f"record {TOO_DEEP}; its writer must nest it less deeply"
+
+
+def _from_parsed(data: Any) -> DiscoveryInstance:
+    """An instance of JSON already known to be storable (or parsed from a record's bytes)."""
     require_object(data, "discovery instance")
     tag = require(data, "type", "discovery instance")
     cls = _TYPES.get(tag) if isinstance(tag, str) else None
     if cls is None:
         raise ValidationError(f"unknown instance type {tag!r}: expected one of {', '.join(_TYPES)}")
     return cls.from_dict(data)
-
-
-def instance_from_json(raw: bytes | str) -> DiscoveryInstance:
-    """Parse the stored JSON of one record."""
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise ValidationError(f"record is not valid JSON: {exc}") from None
-    return instance_from_dict(data)
 
 
 @overload
@@ -304,7 +326,7 @@ def stored_form(instance: DiscoveryInstance) -> DiscoveryInstance:
     """
     data = instance.to_dict()
     stored = storable(data, lambda: f"{instance.kind.value} {instance.id().to_path()}")
-    return instance_from_dict(stored)
+    return _from_parsed(stored)
 
 
 def instance_to_json(instance: DiscoveryInstance) -> bytes:

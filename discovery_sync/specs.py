@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ValidationError
+from .lora import check_model_suffix
 from .model import DiscoveryInstance, Endpoint, EventChannel, EventSource, Model
 from .scope import EventScope
 from .transports import EventTransport, Transport
@@ -57,7 +58,11 @@ class ModelSpec:
         return cls(namespace, component, endpoint, card_json_of(card), model_suffix)
 
     def to_instance(self, instance_id: int) -> Model:
-        return Model(self.namespace, self.component, self.endpoint, instance_id, self.card_json, self.model_suffix)
+        """The record ``register()`` writes. ValidationError for a suffix the reference cannot key
+        (:func:`~discovery_sync.lora.check_model_suffix`): checked here, on the way to a store
+        only, as a stored card with any suffix stays readable (the reference reads it)."""
+        suffix = check_model_suffix(self.model_suffix)
+        return Model(self.namespace, self.component, self.endpoint, instance_id, self.card_json, suffix)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +90,8 @@ DiscoverySpec = EndpointSpec | ModelSpec | EventChannelSpec | EventSourceSpec
 
 
 def spec_from_dict(data: Any) -> DiscoverySpec:
-    """Parse a spec written like an instance without ``instance_id`` (the CLI's ``register`` input)."""
+    """Parse a spec written like an instance without ``instance_id`` (the CLI's ``register`` input);
+    ValidationError when it is not a valid record, or has a model suffix ``register()`` refuses."""
     from .model import instance_from_dict
 
     require_object(data, "spec")
@@ -95,7 +101,10 @@ def spec_from_dict(data: Any) -> DiscoverySpec:
         if "instance_id" in placeholder:
             raise ValidationError("a spec must not carry instance_id: the client fills in its own")
         placeholder["instance_id"] = 0
-    return spec_of(instance_from_dict(placeholder))
+    spec = spec_of(instance_from_dict(placeholder))
+    if isinstance(spec, ModelSpec):
+        check_model_suffix(spec.model_suffix)
+    return spec
 
 
 def spec_of(instance: DiscoveryInstance) -> DiscoverySpec:

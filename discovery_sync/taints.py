@@ -9,7 +9,7 @@ and cannot be set by callers. Stored taints are sorted and unique.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .errors import ValidationError
@@ -60,7 +60,12 @@ def topology_taints(card: dict[str, Any]) -> frozenset[str]:
 
 
 def check_caller_taints(taints: Iterable[str]) -> frozenset[str]:
-    """Validate taints given by a caller: non-empty strings, none with the reserved prefix."""
+    """Validate taints given by a caller: non-empty strings, none with the reserved prefix, in a
+    collection that is not a string or a mapping (whose keys alone would be taken)."""
+    if isinstance(taints, Mapping):
+        raise ValidationError(
+            f"taints must be a collection of strings, e.g. ['gpu=a100'], not a mapping ({type(taints).__name__})"
+        )
     if isinstance(taints, (str, bytes)) or not isinstance(taints, Iterable):
         raise ValidationError("taints must be a collection of strings, e.g. ['gpu=a100']")
     result = set()

@@ -26,6 +26,7 @@ import orjson
 
 from .errors import ValidationError
 from .identity import RecordKind
+from .jsonsafe import CONTAINS_ITSELF, MAX_DEPTH, TOO_DEEP, shortened_path, too_deep
 
 T = TypeVar("T")
 
@@ -43,15 +44,20 @@ def card_json_of(card: Any) -> dict[str, Any]:
 
     Values are not converted otherwise: what is not storable JSON (an enum, a datetime, a set, a
     NaN) is refused by ``register()``, naming the field, before anything is written.
-    ValidationError for anything else, for a class rather than an instance, and when pydantic
-    cannot serialise the model.
+    ValidationError for anything else, for a class rather than an instance, when pydantic
+    cannot serialise the model, and for a dataclass that contains itself (or nests deeper than
+    :func:`dataclasses.asdict` can recurse), naming the field.
     """
     if isinstance(card, type):
         raise ValidationError(f"a model card must be {ACCEPTED_CARDS}, got the class {_name(card)}")
     if isinstance(card, Mapping):
         return dict(card)
     if dataclasses.is_dataclass(card) and not isinstance(card, type):
-        return dataclasses.asdict(card)
+        try:
+            return dataclasses.asdict(card)
+        except RecursionError:  # asdict recurses without limit: say where the card is too deep
+            problem = _nesting_problem(card, _CARD, 2, {}) or f"{_CARD} nests too deep to copy"
+            raise ValidationError(f"the model card {type(card).__name__} cannot be stored: {problem}") from None
     if callable(getattr(card, "model_dump", None)):
         return _dumped(functools.partial(card.model_dump, mode="json"), card)
     if callable(getattr(card, "dict", None)) and hasattr(card, "__fields__"):
@@ -79,8 +85,10 @@ def card_as(instance: Any, cls: type[T]) -> T:
     ValidationError naming the class and the problem when the card does not fit: a required
     dataclass field missing, a non-object where a dataclass is expected, any error of pydantic's
     validation (shortened), or a TypeError or ValueError raised by the class; the original error
-    is chained as ``__cause__``. ValidationError ("... is an endpoint, not a model card") when
-    ``instance`` is not a Model. TypeError when ``cls`` is not a class.
+    is chained as ``__cause__``. ValidationError too for a card nested deeper than ``register()``
+    stores, or containing itself (only a Model built by hand has one: readers skip such records).
+    ValidationError ("... is an endpoint, not a model card") when ``instance`` is not a Model.
+    TypeError when ``cls`` is not a class.
     """
     from .model import Model  # model.py imports this module
 
@@ -112,11 +120,51 @@ def _not_a_model_card(instance: Any) -> ValidationError:
 
 def _private_copy(card: Any) -> Any:
     """A copy of a JSON value sharing no container with it (a stored card always passes through
-    orjson unchanged; an instance built by hand with something else falls back to deepcopy)."""
+    orjson unchanged; an instance built by hand with something else falls back to deepcopy).
+    ValidationError for a card nested deeper than a stored one can be, or containing itself."""
     try:
-        return orjson.loads(orjson.dumps(card))
+        raw = orjson.dumps(card)
     except (orjson.JSONEncodeError, TypeError):
+        problem = _nesting_problem(card, _CARD, 2, {})
+        if problem is not None:
+            raise ValidationError(f"cannot read the card: {problem}") from None
         return copy.deepcopy(card)
+    if too_deep(raw, levels_above=1):
+        raise ValidationError(f"cannot read the card: {_CARD} {TOO_DEEP}")
+    return orjson.loads(raw)
+
+
+_CARD = "card_json"
+
+
+def _nesting_problem(value: Any, path: str, depth: int, ancestors: dict[int, str]) -> str | None:
+    """Where ``value`` (at ``path``, ``depth`` levels down its record) contains itself or nests
+    deeper than :data:`~discovery_sync.jsonsafe.MAX_DEPTH`, through dataclasses, dicts, lists
+    and tuples as :func:`dataclasses.asdict` does; None when it does neither. ``ancestors``:
+    the paths of the containers above ``value``, by id. The walk stops at MAX_DEPTH levels."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        items: Any = ((field.name, getattr(value, field.name)) for field in dataclasses.fields(value))
+    elif isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, (list, tuple)):
+        items = enumerate(value)
+    else:
+        return None
+    outer = ancestors.get(id(value))
+    if outer is not None:
+        return f"{shortened_path(path)} is {shortened_path(outer)} itself: {CONTAINS_ITSELF}"
+    if depth > MAX_DEPTH:
+        return f"{shortened_path(path)} {TOO_DEEP}"
+    ancestors[id(value)] = path
+    try:
+        for key, item in items:
+            step = f'["{key}"]' if isinstance(key, str) else f"[{key!r}]"
+            problem = _nesting_problem(item, path + step, depth + 1, ancestors)
+            if problem is not None:
+                return problem
+        return None
+    finally:
+        del ancestors[id(value)]
 
 
 def _build(card: Any, cls: type[T], path: str) -> T:

@@ -105,7 +105,8 @@ A spec is a record without its instance id (this client fills in its own), tagge
    "endpoint": "generate", "card_json": {"display_name": "Qwen/Qwen3-0.6B"},
    "model_suffix": "my-lora"}
       card_json: the model deployment card (needs display_name); model_suffix: optional,
-      for LoRA or other suffixed cards
+      for LoRA or other suffixed cards, without '/' (reference workers use the LoRA
+      name's slug: lowercase, characters other than a-z, 0-9, - and _ as _)
 
   {"type": "EventChannel", "scope": {"kind": "namespace", "name": "dynamo"},
    "topic": "kv-events", "transport": {"kind": "Zmq", "config":
