@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 import discovery_sync as ds
 from tests.netfs.agents import NAMESPACE, Agent
 from tests.reference import RustPeer
@@ -79,6 +81,7 @@ def run_mixed_store(
     return tally
 
 
+@pytest.mark.timeout(DURATION + 120)
 def test_clients_with_different_ttls_never_remove_each_others_live_records(file_store, rust_peer, record_property):
     tally = run_mixed_store(file_store, rust_peer, DURATION)
     record_property("checks", tally.checks)
