@@ -399,6 +399,7 @@ class FileDiscovery(Discovery):
             view.refresh(prefix, quick=self._locks.mode == "hard")
         except OSError as exc:
             raise BackendUnavailable(f"cannot read {view.directory.path}: {exc}") from exc
+        view.warn_pending()  # a one-shot list() says what it skipped, as a rescan would
         return view, prefix
 
     @contextlib.contextmanager

@@ -197,6 +197,7 @@ class BucketView:
         self._patience = patience
         self._new_slack = patience.slack(0) if patience is not None else 0.0
         self._blind: str | None = None  # why nothing is judged dead now
+        self._unwarned: set[str] = set()  # names of entries with a problem warn_pending() has not said yet
         self._scan_cost = 0.0  # a scan's usual duration (moving average): longer ones stalled
 
     # -- reading the directory --------------------------------------------------------------------
@@ -425,6 +426,7 @@ class BucketView:
             instance = record_from(raw, self.kind, name, known=old.id() if old is not None else None)
         except ValidationError as exc:
             new_entry.problem = str(exc)  # reported by warn_pending(), once it has settled
+            self._unwarned.add(name)
             return
         valid, events, change = apply(old, instance)
         new_entry.valid = valid
@@ -461,6 +463,7 @@ class BucketView:
             instance = record_from(raw, self.kind, name)
         except ValidationError as exc:
             entry.problem = str(exc)  # reported by warn_pending(), once it has settled
+            self._unwarned.add(name)
             return
         entry.valid = instance
         if self._publish is not _unheard:  # a first scan nobody listens to builds no events
@@ -530,6 +533,7 @@ class BucketView:
             slack=self._new_slack,
             ctime_ns=st.st_ctime_ns,
         )
+        self._unwarned.add(name)
 
     def warn_pending(self) -> None:
         """Warn once about each file whose content is not served, once it has stood for the
@@ -541,8 +545,12 @@ class BucketView:
         """
         now = self._clock()
         with self.lock:
-            for name, entry in self._entries.items():
-                if entry.problem is not None and not entry.warned and now - entry.read_at >= self.settle:
+            for name in list(self._unwarned):
+                entry = self._entries.get(name)
+                if entry is None or entry.problem is None or entry.warned:
+                    self._unwarned.discard(name)  # gone, readable again, or said already
+                elif now - entry.read_at >= self.settle:
+                    self._unwarned.discard(name)
                     entry.warned = True
                     log.warning("skipping the file %s in %s: %s", name, self.directory.path, entry.problem)
 

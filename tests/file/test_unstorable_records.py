@@ -76,3 +76,16 @@ def test_a_record_replaced_by_one_too_deep_keeps_its_last_valid_value(store, cli
         assert TOO_DEEP in warning
         assert_quiet(watch, 3 * RESCAN)  # no event: the last valid value stays, as for a torn write
         assert client.list(ds.Query.models()) == [valid]
+
+
+def test_a_one_shot_list_says_what_it_skipped_once(store, warnings):
+    ds.connect(f"file://{store}").shutdown()  # a writer lays the store out
+    for instance_id, depth in DEPTHS.items():
+        write_deep(store, instance_id, depth)
+    # no rescan runs during this client's life: list() itself warns, as `discovery-sync list` needs
+    with ds.connect(f"file://{store}?ttl={TTL}&rescan_interval=3600&read_only=true") as reader:
+        assert reader.list(ds.Query.models()) == []
+        assert reader.list(ds.Query.models()) == []
+    for instance_id in DEPTHS:
+        (warning,) = warnings.matching(model_file_name(instance_id=instance_id))
+        assert TOO_DEEP in warning
