@@ -63,6 +63,7 @@ from .view import BucketView, Touched
 from .watcher import DirectoryNotifier
 from .wire import (
     DEFAULT_MAX_RECORD_BYTES,
+    REFERENCE_TTL,
     RecordTooLarge,
     read_file,
     refresh_listing,
@@ -218,6 +219,7 @@ class FileDiscovery(Discovery):
         # full scans until the next deep one (see DEEP_EVERY); 0: the next one is deep
         self._shallow_left = 0
         self._next_full = 0.0  # monotonic time when the rescan thread's next full scan is due
+        self._trouble_since: float | None = None  # when _judge_sight() first found a reason to be blind
         self._rescanner = PeriodicThread(
             "discovery-sync-file-rescan",
             self.rescan_interval,
@@ -496,7 +498,12 @@ class FileDiscovery(Discovery):
     def _judge_garbage(self, dry_run: bool, progress: Callable[[float, float], None] | None) -> CollectedGarbage:
         for view in self._views.values():
             self._refresh_quietly(view)
-        self._wait_reporting(self.longest_dead_after + self.rescan_interval, progress)
+        judged_after = self.longest_dead_after + self.rescan_interval
+        self._wait_reporting(judged_after, progress)
+        if any(view.blind is not None for view in self._views.values()):
+            # judging is paused (_judge_sight): give others' writes the time to show, if there are any
+            shown_within = self.full_scan_interval + self.cache_window + REFERENCE_TTL / 3 + self.rescan_interval
+            self._wait_reporting(shown_within, progress)
         result = CollectedGarbage()
         for view in self._views.values():
             self._refresh_quietly(view)
@@ -676,21 +683,43 @@ class FileDiscovery(Discovery):
         """Make every view blind while this client cannot tell a stale store from an unreachable
         one: its own heartbeat fails or stalls (a frozen mount), or the store is mounted read-only
         here (no heartbeat through this mount can move a record, and one that owns nothing would
-        not know). Seeing again, each view gives every record a full TTL (docs/design.md §6). A
-        read-only client has no heartbeat to tell it, and a mount it sees read-only may be written
-        through another: it judges by the clock alone."""
-        reason = None if self.read_only else self._liveness.trouble(time.monotonic())
+        not know), unless files of the store keep changing meanwhile (written through another
+        mount). Seeing again, each view gives every record a full TTL (docs/design.md §6). A
+        read-only client has no heartbeat to tell it: it judges by the clock and its scans."""
+        now = time.monotonic()
+        reason = None if self.read_only else self._liveness.trouble(now)
         if reason is None and not self.read_only and read_only_filesystem(self.layout.root):
             reason = "the store's filesystem is mounted read-only here"
         views = self._views.values()
-        if all((view.blind is None) == (reason is None) for view in views):
-            return  # said once per spell
-        if reason is not None:
-            log.warning("the file store at %s: %s; no record is judged dead meanwhile", self.layout.root, reason)
+        others_write = False
+        if reason is None:
+            self._trouble_since = None
+        elif self._trouble_since is None:
+            self._trouble_since = now
         else:
-            log.warning("the file store at %s: liveness is judged again, after a full TTL", self.layout.root)
-        for view in views:
-            view.blind = reason
+            # a change seen after every write made before the trouble began has had a full scan
+            # to show, and lately (a heartbeat comes every 3.33 s at most): others' heartbeats
+            # reach the store (through another mount), the clock is fair
+            shown_within = self.full_scan_interval + self.cache_window
+            since = max(self._trouble_since + shown_within, now - shown_within - REFERENCE_TTL / 3)
+            others_write = max(view.moved_at for view in views) > since
+        paused = [view for view in views if view.blind is not None]
+        if reason is not None and not others_write:
+            if not paused:
+                log.warning("the file store at %s: %s; no record is judged dead meanwhile", self.layout.root, reason)
+            for view in views:
+                view.pause_judging(reason)
+        elif paused:
+            if others_write:
+                log.warning(
+                    "the file store at %s: %s, but others write to it; liveness is judged again",
+                    self.layout.root,
+                    reason,
+                )
+            else:
+                log.warning("the file store at %s: liveness is judged again, after a full TTL", self.layout.root)
+            for view in views:
+                view.resume_judging(restart=not others_write)
 
     def _rescan_bucket(
         self, kind: RecordKind, view: BucketView, scan: str, owned: dict[DiscoveryInstanceId, str]

@@ -198,6 +198,9 @@ class BucketView:
         self._new_slack = patience.slack(0) if patience is not None else 0.0
         self._blind: str | None = None  # why nothing is judged dead now
         self._unwarned: set[str] = set()  # names of entries with a problem warn_pending() has not said yet
+        # when this reader last saw a file of the bucket change (a heartbeat, a new content): the
+        # store takes someone's writes (FileDiscovery._judge_sight)
+        self.moved_at = float("-inf")
         self._scan_cost = 0.0  # a scan's usual duration (moving average): longer ones stalled
 
     # -- reading the directory --------------------------------------------------------------------
@@ -420,6 +423,7 @@ class BucketView:
         if gate is not None and not gate(name, content):
             return
         new_entry = Entry(*version, seen_at, content, old, read_at=now, ctime_ns=st.st_ctime_ns, slack=self._new_slack)
+        self.moved_at = now  # a new content: someone writes to the store
         self._entries[name] = new_entry
         self._changes += 1
         try:  # the name was checked when the last valid identity was read under it
@@ -642,6 +646,8 @@ class BucketView:
     def _moved(self, entry: Entry, mtime_ns: int) -> None:
         """``entry``'s mtime is now ``mtime_ns``: the step is evidence of its writer's heartbeat."""
         step = mtime_ns - entry.mtime_ns
+        if step:
+            self.moved_at = self._clock()
         if self._patience is not None and step > 0 and (entry.beat_ns == 0 or step < entry.beat_ns):
             entry.beat_ns = step
             entry.slack = self._patience.slack(step)
@@ -651,14 +657,23 @@ class BucketView:
         """Why this reader cannot judge liveness now (None: it can)."""
         return self._blind
 
-    @blind.setter
-    def blind(self, reason: str | None) -> None:
+    def pause_judging(self, reason: str) -> None:
+        """Judge nothing dead until :meth:`resume_judging`: this reader cannot tell a stale store
+        from an unreachable one (``reason``)."""
         with self.lock:
-            was, self._blind = self._blind, reason
-            if (was is None) == (reason is None):
+            if self._blind is None:
+                self._changes += 1
+            self._blind = reason
+
+    def resume_judging(self, *, restart: bool = True) -> None:
+        """Judge liveness again; ``restart``: every record gets a full TTL from now to show a
+        heartbeat (what this reader saw meanwhile may be as old as the spell)."""
+        with self.lock:
+            if self._blind is None:
                 return
+            self._blind = None
             self._changes += 1
-            if reason is None:  # it sees again: give every record a full TTL to show a heartbeat
+            if restart:
                 self.restart_clocks()
 
     def restart_clocks(self) -> None:

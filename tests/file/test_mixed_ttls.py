@@ -154,11 +154,11 @@ def test_nothing_is_judged_dead_while_the_view_is_blind_and_each_record_gets_a_f
     view = reader(bucket, clock, 10.0, events)
     writer = Writer(store, clock, 10)
     view.refresh()
-    view.blind = "this client's heartbeat fails (Read-only file system)"
+    view.pause_judging("this client's heartbeat fails (Read-only file system)")
     clock.now += 60.0
     view.refresh()
     assert alive(view) and view.listed("", ds.Query.endpoints()) == (writer.record,)
-    view.blind = None  # it sees again: the clocks start now
+    view.resume_judging()  # it sees again: the clocks start now
     clock.now += 9.9
     assert alive(view)
     clock.now += 0.2
