@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import discovery_sync as ds
@@ -148,3 +148,18 @@ def caught_logs(logger_name: str, level: int = logging.WARNING) -> Iterator[LogC
         yield catcher
     finally:
         logger.removeHandler(catcher)
+
+
+def in_thread(name: str, call: Callable[[], object]) -> tuple[threading.Thread, list[object]]:
+    """Run ``call`` on a thread named ``name``; the list gets what it returned or raised."""
+    outcome: list[object] = []
+
+    def run() -> None:
+        try:
+            outcome.append(call())
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    return thread, outcome

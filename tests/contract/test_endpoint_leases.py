@@ -14,7 +14,7 @@ import uuid
 import pytest
 
 import discovery_sync as ds
-from tests.helpers import endpoint_spec, model_spec
+from tests.helpers import endpoint_spec, in_thread, model_spec
 
 NAMESPACE = "ns"
 PROMPTLY = 2.0  # a release that has nothing left to retry, or is cancelled, is done within this
@@ -176,21 +176,6 @@ def test_a_lease_registers_again_a_shared_registration_whose_record_vanished(rig
         wait_for_endpoints(observer, [lease.instance], rig.event_timeout)
         lease.release()
     wait_for_endpoints(observer, [], rig.event_timeout)
-
-
-def in_thread(name: str, call) -> tuple[threading.Thread, list[object]]:
-    """Run ``call`` on a thread named ``name``; the list gets what it returned or raised."""
-    outcome: list[object] = []
-
-    def run() -> None:
-        try:
-            outcome.append(call())
-        except BaseException as exc:
-            outcome.append(exc)
-
-    thread = threading.Thread(target=run, name=name, daemon=True)
-    thread.start()
-    return thread, outcome
 
 
 def refuse_unregister(monkeypatch, client: ds.Discovery) -> None:

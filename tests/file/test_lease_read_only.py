@@ -8,13 +8,13 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import discovery_sync as ds
-from tests.helpers import LogCatcher, endpoint_spec
+from tests.helpers import LogCatcher, endpoint_spec, in_thread
 
 PROMPTLY = 2.0  # a lease that waits for no store call is done within this
 RETRY_BOUND = 6.0  # the longest wait between two attempts of a release (5 s, +20 % jitter)
@@ -58,21 +58,6 @@ def mount(tmp_path: Path) -> Iterator[Mount]:
                 client.shutdown()
         finally:
             subprocess.run(["umount", "--lazy", str(store.path)], check=True)
-
-
-def in_thread(name: str, call: Callable[[], object]) -> tuple[threading.Thread, list[object]]:
-    """Run ``call`` on a thread named ``name``; the list gets what it returned or raised."""
-    outcome: list[object] = []
-
-    def run() -> None:
-        try:
-            outcome.append(call())
-        except BaseException as exc:
-            outcome.append(exc)
-
-    thread = threading.Thread(target=run, name=name, daemon=True)
-    thread.start()
-    return thread, outcome
 
 
 def retrying_release(lease: ds.EndpointLease, thread_log: LogCatcher) -> threading.Thread:
