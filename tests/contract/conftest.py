@@ -52,7 +52,10 @@ def _memory_rig(request: pytest.FixtureRequest, tmp_path: Path) -> StoreRig:
 
 
 def _file_rig(request: pytest.FixtureRequest, tmp_path: Path, observer: str) -> StoreRig:
-    url = f"file://{tmp_path / 'store'}?observer={observer}&ttl=5&rescan_interval=0.2&poll_interval=0.1"
+    # every client of a rig uses one TTL (mixed TTLs: tests/file/test_mixed_ttls.py, tests/interop)
+    url = (
+        f"file://{tmp_path / 'store'}?observer={observer}&ttl=5&rescan_interval=0.2&poll_interval=0.1&uniform_ttl=true"
+    )
     return StoreRig(
         f"file-{observer}", lambda: ds.connect(url), 0.6, connect_reader=lambda: ds.connect(url, read_only=True)
     )

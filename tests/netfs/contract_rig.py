@@ -28,7 +28,7 @@ from tests.netfs.sshfs_rig import CACHE_OFF, SshfsRig
 B_CACHE_OPTIONS = os.environ.get("DISCOVERY_SYNC_CONTRACT_SSHFS_B", "")
 CACHE_WINDOW = 0.0 if B_CACHE_OPTIONS == CACHE_OFF else 21.0  # sshfs's 20 s plus the kernel's 1 s
 TTL = 5.0  # as the other file rigs: readers on B allow for the cache window on top
-OPTIONS = "mode=shared&ttl={ttl:g}&rescan_interval=0.2&poll_interval=0.1"
+OPTIONS = "mode=shared&ttl={ttl:g}&rescan_interval=0.2&poll_interval=0.1&uniform_ttl=true"
 
 
 class ContractMounts(SshfsRig):

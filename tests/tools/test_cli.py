@@ -27,7 +27,7 @@ def lines(output: str) -> list[dict]:
 
 @pytest.fixture
 def url(tmp_path: Path) -> str:
-    return f"file://{tmp_path / 'store'}?ttl=2&rescan_interval=0.2"
+    return f"file://{tmp_path / 'store'}?ttl=2&rescan_interval=0.2&uniform_ttl=true"  # one TTL: gc judges after it
 
 
 def test_demo_runs_and_exits_zero(tmp_path):

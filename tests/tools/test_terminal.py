@@ -19,7 +19,7 @@ from tests.tools.terminal import Terminal, command, environment, run_in_terminal
 
 @pytest.fixture
 def url(tmp_path: Path) -> str:
-    return f"file://{tmp_path / 'store'}?ttl=1&rescan_interval=0.2"
+    return f"file://{tmp_path / 'store'}?ttl=1&rescan_interval=0.2&uniform_ttl=true"  # one TTL: gc judges after it
 
 
 @pytest.fixture
