@@ -37,7 +37,7 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from stat import S_ISREG
 
@@ -70,10 +70,11 @@ class _Held:
         self.refreshes = 0
 
 
-def marker_bytes(token: str, refreshes: int, acquired: float) -> bytes:
-    """The marker's content, padded to :data:`MARKER_SIZE` bytes."""
+def marker_bytes(token: str, refreshes: int, acquired: float, extra: Mapping[str, object] | None = None) -> bytes:
+    """The marker's content, padded to :data:`MARKER_SIZE` bytes (``extra``: more fields, after
+    the token, for locks that say more about their holder)."""
     holder = {"host": socket.gethostname()[:64], "pid": os.getpid(), "acquired": round(acquired, 3)}
-    data = orjson.dumps({"refreshes": refreshes, **holder, "token": token})
+    data = orjson.dumps({"refreshes": refreshes, **holder, "token": token, **(extra or {})})
     return data.ljust(MARKER_SIZE - 1) + b"\n"
 
 
@@ -266,13 +267,7 @@ class SoftLocks:
         return True
 
     def _break(self, marker: Path, dir_fd: int | None, stale: bytes) -> None:
-        aside = marker.with_name(f".{marker.name}.broken-{secrets.token_hex(8)}")
-        names = (_where(marker, dir_fd), _where(aside, dir_fd))
-        try:
-            os.rename(*names, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        except FileNotFoundError:
-            return  # released (or broken by another waiter) meanwhile
-        if _read(aside, dir_fd) == stale:
+        if set_aside(marker, dir_fd, lambda aside: _read(aside, dir_fd) == stale, "soft lock"):
             log.warning(
                 "broke the soft lock %s held by %s: its marker did not change for %g s (a dead or hung holder)",
                 marker,
@@ -280,18 +275,6 @@ class SoftLocks:
                 self.stale_after,
             )
             self.broken += 1
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(names[1], dir_fd=dir_fd)
-            return
-        try:  # it was refreshed or taken again just now: put it back
-            os.link(names[1], names[0], src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
-        except OSError as exc:
-            if exc.errno not in (errno.EEXIST, errno.EPERM):
-                raise
-            log.error("the soft lock %s changed hands while it was being broken; two holders may overlap", marker)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(names[1], dir_fd=dir_fd)
 
     def _track(self, held: _Held) -> None:
         with self._wake:
@@ -339,24 +322,65 @@ class SoftLocks:
 
     @staticmethod
     def _overwrite(held: _Held, content: bytes) -> bool:
-        """Write ``content`` over the held marker's bytes, through a descriptor on which the
-        marker was checked to be ours and of the same length; False when it is not.
+        """:func:`overwrite_marker` of a held marker."""
+        return overwrite_marker(held.marker, held.dir_fd, held.token, content)
 
-        A marker is one write within one block (MARKER_SIZE is below any block size) already
-        allocated: it needs no new space (copy-on-write filesystems excepted, where it fails
-        like any write) and is not cut short.
-        """
-        flags = os.O_RDWR | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY
-        fd = os.open(_where(held.marker, held.dir_fd), flags, dir_fd=held.dir_fd)
-        try:
-            st = os.fstat(fd)
-            if not S_ISREG(st.st_mode) or st.st_size != len(content):
-                return False
-            if _token_of(os.pread(fd, len(content) + 1, 0)) != held.token:
-                return False
-            written = 0
-            while written < len(content):
-                written += os.pwrite(fd, content[written:], written)
-        finally:
-            os.close(fd)
+
+def set_aside(
+    marker: Path, dir_fd: int | None, judged: Callable[[Path], bool], what: str, label: str = "broken"
+) -> bool:
+    """Remove ``marker`` if it is the one its caller judged: True when it was removed.
+
+    The marker is renamed to a name of our own (``.{marker}.{label}-{random}``), then
+    ``judged(aside)`` looks at what was renamed: when it says yes the file is deleted; when not
+    (the marker was refreshed, or released and taken again, since it was judged) it is put back
+    under its name. So a marker that changed hands is never deleted, only moved aside for a
+    moment; ``what`` names the lock in the error logged when it cannot be put back (a new marker
+    was made meanwhile).
+    """
+    aside = marker.with_name(f".{marker.name}.{label}-{secrets.token_hex(8)}")
+    names = (_where(marker, dir_fd), _where(aside, dir_fd))
+    try:
+        os.rename(*names, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except FileNotFoundError:
+        return False  # released (or broken by another waiter) meanwhile
+    if judged(aside):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(names[1], dir_fd=dir_fd)
         return True
+    try:  # it was refreshed or taken again just now: put it back
+        os.link(names[1], names[0], src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+    except OSError as exc:
+        if exc.errno not in (errno.EEXIST, errno.EPERM):
+            raise
+        log.error("the %s %s changed hands while it was being broken; two holders may overlap", what, marker)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(names[1], dir_fd=dir_fd)
+    return False
+
+
+def overwrite_marker(marker: Path, dir_fd: int | None, token: str, content: bytes) -> bool:
+    """Write ``content`` over the bytes of the marker of the acquisition ``token``, through a
+    descriptor on which the marker was checked to be ours and of the same length; False when it
+    is not (FileNotFoundError when it is gone).
+
+    A marker is one write within one block (MARKER_SIZE is below any block size) already
+    allocated: it needs no new space (copy-on-write filesystems excepted, where it fails like any
+    write) and is not cut short. The descriptor is closed at the end, which sends the write to a
+    network file server (close-to-open).
+    """
+    flags = os.O_RDWR | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY
+    fd = os.open(_where(marker, dir_fd), flags, dir_fd=dir_fd)
+    try:
+        st = os.fstat(fd)
+        if not S_ISREG(st.st_mode) or st.st_size != len(content):
+            return False
+        if _token_of(os.pread(fd, len(content) + 1, 0)) != token:
+            return False
+        written = 0
+        while written < len(content):
+            written += os.pwrite(fd, content[written:], written)
+    finally:
+        os.close(fd)
+    return True
