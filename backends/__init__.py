@@ -17,6 +17,6 @@ The roles every backend has, and the module holding each (``memory.py`` holds th
   changes into notifications; served view: what this reader serves, pushing changes to feeds.
 * etcd has no served view: reads go to the server and each watcher reconciles its own feed.
 * Helpers of one backend keep their own names: file's directory, doctor, locks, softlock, mounts,
-  permissions, names (which names are records) and sweep (removal of the dead); kube's identity,
-  siphash and served (the index the view serves from).
+  permissions, names (which names are records) and sweep (removal of the dead); kube's identity
+  and served (the index the view serves from).
 """

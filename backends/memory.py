@@ -16,6 +16,7 @@ from discovery_sync.broadcast import FeedSet
 from discovery_sync.discovery import Discovery
 from discovery_sync.events import Removed
 from discovery_sync.identity import DiscoveryInstanceId, RecordKind
+from discovery_sync.logical_id import PARSERS, from_options, member_instance_id
 from discovery_sync.model import DiscoveryInstance, Endpoint, Model
 from discovery_sync.options import OptionSet, boolean, optional, uint64
 from discovery_sync.queries import Query
@@ -117,16 +118,25 @@ def named_registry(name: str = "") -> MemoryRegistry:
 
 
 class MemoryDiscovery(Discovery):
-    """A client of a :class:`MemoryRegistry`. Its instance id is a random u64."""
+    """A client of a :class:`MemoryRegistry`. Its instance id is its logical instance id, else a random u64."""
 
     backend_name = "memory"
 
     def __init__(
-        self, registry: MemoryRegistry | None = None, *, instance_id: int | None = None, read_only: bool = False
+        self,
+        registry: MemoryRegistry | None = None,
+        *,
+        instance_id: int | None = None,
+        read_only: bool = False,
+        logical_instance_id: int | None = None,
     ) -> None:
-        super().__init__(read_only=OPTIONS.check("read_only", read_only))
+        read_only = OPTIONS.check("read_only", read_only)
+        logical_instance_id = OPTIONS.check("logical_instance_id", logical_instance_id)
+        instance_id = member_instance_id(
+            OPTIONS.check("instance_id", instance_id), logical_instance_id, read_only=read_only, owner=OPTIONS.owner
+        )
+        super().__init__(read_only=read_only, logical_instance_id=logical_instance_id)
         self.registry = registry if registry is not None else named_registry()
-        instance_id = OPTIONS.check("instance_id", instance_id)
         self._instance_id = instance_id if instance_id is not None else secrets.randbits(64)
         self._watches = FeedSet()  # this client's open feeds, for shutdown(); a closed feed leaves it
 
@@ -166,9 +176,13 @@ class MemoryDiscovery(Discovery):
         self._watches.close_all()
 
 
-OPTIONS = OptionSet("memory", {"instance_id": optional(uint64), "read_only": boolean})
+OPTIONS = OptionSet("memory", {"instance_id": optional(uint64), "read_only": boolean, **PARSERS})
 
 
 def from_url(netloc: str, path: str, options: dict[str, Any]) -> MemoryDiscovery:
-    """``memory://[NAME][?instance_id=N]``: a client of the named in-process registry."""
-    return MemoryDiscovery(named_registry(netloc or path.strip("/")), **OPTIONS.parse(options))
+    """``memory://[NAME][?instance_id=N]``: a client of the named in-process registry; a logical
+    instance id (options or environment, :mod:`discovery_sync.logical_id`) is its instance id."""
+    logical_instance_id = from_options(options, OPTIONS)
+    return MemoryDiscovery(
+        named_registry(netloc or path.strip("/")), logical_instance_id=logical_instance_id, **OPTIONS.parse(options)
+    )

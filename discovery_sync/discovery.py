@@ -61,11 +61,12 @@ class Discovery(abc.ABC):
     #: CR, no store directory, no removal of dead records); every write raises ValidationError
     read_only: bool = False
 
-    def __init__(self, *, read_only: bool = False) -> None:
+    def __init__(self, *, read_only: bool = False, logical_instance_id: int | None = None) -> None:
         self._api_lock = threading.RLock()
         self._owned: dict[DiscoveryInstanceId, DiscoveryInstance] = {}
         self._closed = False
         self.read_only = read_only
+        self._logical_instance_id = logical_instance_id
         self._endpoint_leases = EndpointLeases(self)
 
     # -- identity ---------------------------------------------------------------------------------
@@ -73,6 +74,12 @@ class Discovery(abc.ABC):
     @abc.abstractmethod
     def instance_id(self) -> int:
         """This client's instance id: the id its endpoints, models and event channels carry."""
+
+    @property
+    def logical_instance_id(self) -> int | None:
+        """The failover cohort's shared id when this client is a cohort member (docs/design.md §5),
+        else None; a member's ``instance_id`` is this id."""
+        return self._logical_instance_id
 
     # -- registration -----------------------------------------------------------------------------
     @overload

@@ -15,6 +15,10 @@ Without hosts in the URL the reference's variables apply: ``ETCD_ENDPOINTS`` (de
 ``http://localhost:2379``), ``ETCD_LEASE_TTL`` (default 10; 0 → 10; not a number: ValidationError),
 ``ETCD_AUTH_USERNAME``/``ETCD_AUTH_PASSWORD``, ``ETCD_AUTH_CA``, ``ETCD_AUTH_CLIENT_CERT``,
 ``ETCD_AUTH_CLIENT_KEY`` (PEM text or a path) and ``ETCD_STARTUP_CONNECT_TIMEOUT_SECONDS``.
+
+etcd cannot host a failover cohort: a writing client given a logical instance id (the
+``logical_instance_id``/``logical_instance_key`` options, or ``DYN_DISCOVERY_LOGICAL_INSTANCE_ID``
+/``_KEY``) is refused at connect, before any request (:data:`NO_COHORT`).
 """
 
 from __future__ import annotations
@@ -23,10 +27,20 @@ import os
 import tempfile
 from typing import Any
 
+from discovery_sync.logical_id import refuse_cohort
+
 from .backend import EtcdDiscovery
 from .options import DEFAULT_ENDPOINTS, OPTIONS, endpoints, env_startup_timeout, env_ttl
 
 __all__ = ["EtcdDiscovery", "from_url"]
+
+#: why an etcd client cannot share its instance id with a failover cohort
+NO_COHORT = (
+    "an etcd client's instance id is its lease id (the reference grants each client's lease with the "
+    "instance id as the lease id, and its records live and die with that lease), and two live clients "
+    "cannot share one lease: the standby's grant would fail, or one member's revoke or expiry would "
+    "delete the other's records"
+)
 
 
 def _pem_path(value: str) -> str:
@@ -43,6 +57,7 @@ def from_url(netloc: str, path: str, options: dict[str, Any]) -> EtcdDiscovery:
     """``etcd://host:port[,host:port][/prefix][?options]`` (see :mod:`.options`); without hosts,
     ``ETCD_ENDPOINTS``; the environment's settings, then the URL's options, then keyword arguments."""
     env = os.environ
+    refuse_cohort(options, OPTIONS, backend="etcd", reason=NO_COHORT, environ=env)
     if netloc:
         hosts = endpoints(netloc, "the etcd URL")
     else:

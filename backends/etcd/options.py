@@ -10,6 +10,7 @@ from __future__ import annotations
 import urllib.parse
 
 from discovery_sync.errors import ValidationError
+from discovery_sync.logical_id import PARSERS as LOGICAL_ID_PARSERS
 from discovery_sync.options import MAX_SECONDS, OptionSet, boolean, duration, from_environment, integer, text
 
 DEFAULT_ENDPOINTS = "http://localhost:2379"
@@ -31,6 +32,8 @@ OPTIONS = OptionSet(
         # below 0.1 s even a loopback etcd could not answer
         "request_timeout": duration(0.1),
         "read_only": boolean,
+        # accepted so that a logical id is refused with the reason (see from_url), not as unknown
+        **LOGICAL_ID_PARSERS,
     },
 )
 

@@ -41,6 +41,7 @@ from discovery_sync.discovery import CollectedGarbage, Discovery
 from discovery_sync.errors import BackendUnavailable, DiscoveryError, ValidationError
 from discovery_sync.events import DiscoveryEvent
 from discovery_sync.identity import DiscoveryInstanceId, RecordKind
+from discovery_sync.logical_id import member_instance_id
 from discovery_sync.model import DiscoveryInstance, instance_to_json
 from discovery_sync.periodic import PeriodicThread
 from discovery_sync.queries import Query
@@ -113,6 +114,8 @@ class FileDiscovery(Discovery):
         another local user can change the store (a directory owned by another user, or group- or
         world-writable without the sticky bit).
     :param instance_id: this client's instance id (default: a random u64).
+    :param logical_instance_id: the failover cohort's shared id (1..2**64-1) when this client is
+        a cohort member: its instance id (``instance_id``, if given, must be the same).
     :param uniform_ttl: every writer of this store uses this client's TTL or a shorter one (a test
         rig, a deployment with one TTL): judge every record by this TTL alone. By default a client
         whose TTL is under 10 s waits for a record as long as its writer's heartbeat asks (up to
@@ -145,21 +148,27 @@ class FileDiscovery(Discovery):
         instance_id: int | None = None,
         read_only: bool = False,
         uniform_ttl: bool = False,
+        logical_instance_id: int | None = None,
     ) -> None:
         given = {
             "ttl": ttl, "observer": observer, "lock": lock, "rescan_interval": rescan_interval,
             "poll_interval": poll_interval, "lock_timeout": lock_timeout, "lock_stale": lock_stale,
             "cache_window": cache_window, "max_record_bytes": max_record_bytes, "permissions": permissions,
             "instance_id": instance_id, "read_only": read_only, "uniform_ttl": uniform_ttl,
+            "logical_instance_id": logical_instance_id,
         }  # fmt: skip
         option = OPTIONS.parse(given)  # the same checks whether the values came from a URL or not
-        super().__init__(read_only=option["read_only"])
+        logical_instance_id = option["logical_instance_id"]
+        instance_id = member_instance_id(
+            option["instance_id"], logical_instance_id, read_only=option["read_only"], owner=OPTIONS.owner
+        )
+        super().__init__(read_only=option["read_only"], logical_instance_id=logical_instance_id)
         self.layout = StoreLayout(store_path(root))
         self.ttl = option["ttl"]
         self.max_record_bytes = option["max_record_bytes"]
         self.heartbeat_interval = heartbeat_interval(self.ttl)
         self.rescan_interval = option["rescan_interval"] or min(2.0, self.ttl / 3)
-        self._instance_id = option["instance_id"] if option["instance_id"] is not None else secrets.randbits(64)
+        self._instance_id = instance_id if instance_id is not None else secrets.randbits(64)
         mount = mount_of(self.layout.root)
         observer, lock = choose_modes(self.layout.root, option["observer"], option["lock"], mount)
         self.cache_window = store_cache_window(mount, option["cache_window"])

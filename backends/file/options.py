@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from discovery_sync.logical_id import PARSERS as LOGICAL_ID_PARSERS
 from discovery_sync.options import (
     OptionSet,
     boolean,
@@ -46,6 +47,7 @@ OPTIONS = OptionSet(
         "instance_id": optional(uint64),
         "read_only": boolean,
         "uniform_ttl": boolean,
+        **LOGICAL_ID_PARSERS,
     },
 )
 

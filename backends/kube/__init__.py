@@ -17,6 +17,10 @@ the identity is ignored), ``request_timeout`` (seconds bounding each API request
 connecting only; default 10 s to connect and 30 s to answer), ``ready_timeout``, ``write_timeout``,
 ``sync_timeout``, ``consistent_reads`` (see :mod:`.options`). The CRD and RBAC to install are in
 ``manifests/`` (:data:`MANIFESTS`).
+
+Kubernetes cannot host a failover cohort: a writing client given a logical instance id (the
+``logical_instance_id``/``logical_instance_key`` options, or ``DYN_DISCOVERY_LOGICAL_INSTANCE_ID``
+/``_KEY``) is refused at connect, before the cluster is contacted (:data:`NO_COHORT`).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from discovery_sync.errors import ValidationError
+from discovery_sync.logical_id import refuse_cohort
 
 from .backend import KubeDiscovery
 from .identity import (
@@ -51,6 +56,13 @@ __all__ = [
 
 MANIFESTS = Path(__file__).parent / "manifests"
 
+#: why a Kubernetes client cannot share its instance id with a failover cohort
+NO_COHORT = (
+    "a Kubernetes client's instance id is derived from its DynamoWorkerMetadata name, which is its pod's "
+    "name (or pod and container), one CR per pod (or container), and readers key workers by CR: two pods "
+    "cannot share one instance id, and a second CR claiming another's id would be two workers to readers"
+)
+
 
 def from_url(netloc: str, path: str, options: dict[str, Any]) -> KubeDiscovery:
     """``kube://[?options]``: a client of one namespace, as this pod when it has an identity."""
@@ -58,6 +70,7 @@ def from_url(netloc: str, path: str, options: dict[str, Any]) -> KubeDiscovery:
         raise ValidationError(
             f"the kube URL takes no host or path (got {netloc + path!r}): use kube:// and options such as namespace="
         )
+    refuse_cohort(options, OPTIONS, backend="Kubernetes", reason=NO_COHORT)
     settings = OPTIONS.parse(options)
     given = {key: settings.pop(key) for key in IDENTITY_OPTIONS if key in settings}
     podinfo_dir = settings.pop("podinfo_dir", DEFAULT_PODINFO_DIR)

@@ -28,9 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from discovery_sync.errors import ValidationError
+from discovery_sync.siphash import rust_str_hash
 from discovery_sync.validation import JSON_SAFE_MAX, check_instance_id
-
-from .siphash import rust_str_hash
 
 DEFAULT_PODINFO_DIR = "/etc/podinfo"
 DEFAULT_NAMESPACE = "default"

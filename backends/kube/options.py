@@ -7,6 +7,7 @@ the connect phase of a watch; ``read_only`` makes a client that never writes and
 
 from __future__ import annotations
 
+from discovery_sync.logical_id import PARSERS as LOGICAL_ID_PARSERS
 from discovery_sync.options import OptionSet, boolean, choice, duration, optional, path, text
 
 from .identity import MODES
@@ -29,5 +30,7 @@ OPTIONS = OptionSet(
         "consistent_reads": boolean,
         "request_timeout": optional(timeout),
         "read_only": boolean,
+        # accepted so that a logical id is refused with the reason (see from_url), not as unknown
+        **LOGICAL_ID_PARSERS,
     },
 )

@@ -30,6 +30,7 @@ FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCh
 # values that break naive parsers: junk text, specials, huge and negative numbers, NULs
 junk = st.one_of(
     st.sampled_from(["", "nan", "inf", "-inf", "1e300", "-1", "0", "0x", "true", "maybe", "\0", "%00", "[::1"]),
+    st.sampled_from(["0x2a", "$(", "$(HOME)", "$(UNSET_VARIABLE)", "٤٢"]),  # logical ids and keys
     st.text(max_size=12),
     st.integers(min_value=-(2**70), max_value=2**70).map(str),
     st.floats(allow_nan=True, allow_infinity=True).map(repr),
@@ -116,7 +117,10 @@ def test_memory_urls(name: str, query: dict[str, str]) -> None:
 @FUZZ
 @given(
     url=st.one_of(st.text(max_size=30), st.sampled_from(["file://", "memory://", "kube://", "etcd://", "x://"])),
-    keywords=st.dictionaries(st.sampled_from(["ttl", "instance_id", "observer"]), st.one_of(junk, st.none())),
+    keywords=st.dictionaries(
+        st.sampled_from(["ttl", "instance_id", "observer", "logical_instance_id", "logical_instance_key"]),
+        st.one_of(junk, st.none(), st.integers(min_value=-1, max_value=2**64)),
+    ),
 )
 def test_arbitrary_text_and_keywords(sandbox: Path, url: str, keywords: dict[str, Any]) -> None:
     try:

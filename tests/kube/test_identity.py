@@ -13,9 +13,9 @@ from discovery_sync.backends.kube.identity import (
     find_identity,
     instance_id_for,
 )
-from discovery_sync.backends.kube.siphash import rust_str_hash, siphash
 
 import discovery_sync as ds
+from discovery_sync.siphash import rust_str_hash, siphash
 
 ENV = {"POD_NAME": "worker-0", "POD_UID": "uid-0"}
 
