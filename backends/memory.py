@@ -13,12 +13,14 @@ from collections.abc import Iterable
 from typing import Any
 
 from discovery_sync.broadcast import FeedSet
+from discovery_sync.cohort import CohortMembership, Replacement
 from discovery_sync.discovery import Discovery
 from discovery_sync.events import Removed
+from discovery_sync.failover import FailoverLock, MemoryFailoverLock
 from discovery_sync.identity import DiscoveryInstanceId, RecordKind
 from discovery_sync.logical_id import PARSERS, from_options, member_instance_id
 from discovery_sync.model import DiscoveryInstance, Endpoint, Model
-from discovery_sync.options import OptionSet, boolean, optional, uint64
+from discovery_sync.options import OptionSet, boolean, duration, optional, uint64
 from discovery_sync.queries import Query
 from discovery_sync.reconcile import apply
 from discovery_sync.watch import WatchFeed
@@ -35,6 +37,10 @@ class MemoryRegistry:
         self._by_kind: dict[RecordKind, dict[DiscoveryInstanceId, DiscoveryInstance]] = {k: {} for k in RecordKind}
         self._by_group: dict[tuple[Any, ...], dict[DiscoveryInstanceId, DiscoveryInstance]] = {}
         self._feeds = FeedSet()
+        # failover cohorts (docs/design.md §4.1): each logical id's current writer, and the cohort
+        # member that wrote each cohort record
+        self._claims: dict[int, CohortMembership] = {}
+        self._writers: dict[DiscoveryInstanceId, CohortMembership] = {}
 
     def get(self, instance_id: DiscoveryInstanceId) -> DiscoveryInstance | None:
         with self.lock:
@@ -59,8 +65,48 @@ class MemoryRegistry:
         for event in events:
             self._feeds.publish(event, stored)
 
+    def claim(self, member: CohortMembership) -> None:
+        """Make ``member`` its logical id's current writer (a predecessor is told at once that it
+        was replaced), or raise InstanceReplaced when a successor replaced it since it claimed."""
+        with self.lock:
+            current = self._claims.get(member.logical_instance_id)
+            if current is member:
+                return
+            if member.claimed:  # a successor claimed since: it marked this member replaced
+                member.check()
+            self._claims[member.logical_instance_id] = member
+        if current is not None:
+            current.mark_replaced(
+                Replacement(member.logical_instance_id, "another client of this process", "a takeover")
+            )
+
+    def take_over(self, instance: DiscoveryInstance, member: CohortMembership) -> None:
+        """Store ``instance`` whatever is stored under its id, as ``member``'s write."""
+        with self.lock:
+            member.check()
+            self.replace(instance)
+            self._writers[instance.id()] = member
+
+    def current(self, instance_id: DiscoveryInstanceId, member: CohortMembership) -> bool:
+        """Whether ``member`` may still change ``instance_id``: it is still its logical id's
+        writer (or never wrote) and no other member wrote the record since."""
+        with self.lock:
+            if member.replaced is not None:
+                return False
+            writer = self._writers.get(instance_id)
+            return writer is None or writer is member
+
+    def delete_written(self, instance_id: DiscoveryInstanceId, member: CohortMembership) -> None:
+        """Delete the record only while it is ``member``'s write (else InstanceReplaced)."""
+        with self.lock:
+            if not self.current(instance_id, member):
+                member.check()
+                return  # another member's write, though this one was not replaced: not ours to remove
+            self.delete(instance_id)
+
     def delete(self, instance_id: DiscoveryInstanceId) -> None:
         with self.lock:
+            self._writers.pop(instance_id, None)
             instance = self._records.pop(instance_id, None)
             if instance is None:
                 return
@@ -151,10 +197,31 @@ class MemoryDiscovery(Discovery):
         return self.registry.create(instance)
 
     def _replace(self, instance: DiscoveryInstance) -> None:
-        self.registry.replace(instance)
+        if self._cohort is None:
+            self.registry.replace(instance)
+            return
+        with self.registry.lock:
+            if not self.registry.current(instance.id(), self._cohort):
+                self._cohort.check()
+            self.registry.take_over(instance, self._cohort)
 
     def _delete(self, instance_id: DiscoveryInstanceId) -> None:
-        self.registry.delete(instance_id)
+        if self._cohort is None:
+            self.registry.delete(instance_id)
+        else:
+            self.registry.delete_written(instance_id, self._cohort)
+
+    def _failover_lock(self, name: str, stale_after: float | None) -> FailoverLock:
+        if stale_after is not None:
+            duration(0.0, exclusive_minimum=True)(stale_after, "failover_lock() stale_after")
+        return MemoryFailoverLock(name, self.registry)  # in-process: never stale
+
+    def _claim(self, cohort: CohortMembership) -> None:
+        self.registry.claim(cohort)
+
+    def _take_over(self, instance: DiscoveryInstance) -> None:
+        assert self._cohort is not None
+        self.registry.take_over(instance, self._cohort)
 
     def _list(self, query: Query) -> list[DiscoveryInstance]:
         return self.registry.list(query)

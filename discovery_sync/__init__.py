@@ -9,6 +9,7 @@ with ds.connect("file:///tmp/store") as client:
             ...
 """
 
+from .cohort import Replacement
 from .connect import connect, default_url
 from .discovery import CollectedGarbage, Discovery
 from .endpoint_leases import EndpointLease
@@ -17,6 +18,7 @@ from .errors import (
     ClientClosed,
     ConflictError,
     DiscoveryError,
+    InstanceReplaced,
     LockTimeout,
     NotFoundError,
     ValidationError,
@@ -24,6 +26,7 @@ from .errors import (
     WatchFailed,
 )
 from .events import Added, DiscoveryEvent, ModelTaintsUpdated, Removed, Resync
+from .failover import FailoverLock
 from .identity import (
     DiscoveryInstanceId,
     EndpointInstanceId,
@@ -72,6 +75,8 @@ __all__ = [
     "ConflictError",
     "Discovery",
     "DiscoveryError",
+    "FailoverLock",
+    "InstanceReplaced",
     "DiscoveryEvent",
     "DiscoveryInstance",
     "DiscoveryInstanceId",
@@ -101,6 +106,7 @@ __all__ = [
     "Query",
     "RecordKind",
     "Removed",
+    "Replacement",
     "Resync",
     "TOPOLOGY_TAINT_PREFIX",
     "Transport",

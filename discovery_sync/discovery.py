@@ -17,9 +17,11 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, overload
 
+from .cohort import CohortMembership, Replacement
 from .endpoint_leases import EndpointLease, EndpointLeases
-from .errors import ClientClosed, ConflictError, DiscoveryError, NotFoundError, ValidationError
+from .errors import ClientClosed, ConflictError, DiscoveryError, InstanceReplaced, NotFoundError, ValidationError
 from .events import DiscoveryEvent
+from .failover import FailoverLock, check_lock_name
 from .identity import DiscoveryInstanceId, ModelCardInstanceId, RecordKind
 from .model import DiscoveryInstance, Endpoint, EventChannel, EventSource, Model, stored_form
 from .model_cards import check_replay, conflict_error, find_conflict, find_conflicts
@@ -68,6 +70,11 @@ class Discovery(abc.ABC):
         self.read_only = read_only
         self._logical_instance_id = logical_instance_id
         self._endpoint_leases = EndpointLeases(self)
+        #: this client's membership of a failover cohort (clients sharing a logical instance id), or None
+        self._cohort: CohortMembership | None = None
+        if logical_instance_id is not None and not read_only:
+            self._cohort = CohortMembership(logical_instance_id)
+        self._failover_locks: list[FailoverLock] = []  # closed by shutdown()
 
     # -- identity ---------------------------------------------------------------------------------
     @property
@@ -114,19 +121,49 @@ class Discovery(abc.ABC):
         self._check_writable("register records")
         self._check_spec(spec)
         instance = stored_form(spec.to_instance(self.instance_id))
+        if isinstance(instance, Model):
+            instance = dataclasses.replace(instance, card_json=normalized_card(instance.card_json))
         with self._api_lock:
             self._check_open()
             stored: DiscoveryInstance
-            if isinstance(instance, Model):
-                stored = self._register_model(
-                    dataclasses.replace(instance, card_json=normalized_card(instance.card_json))
-                )
+            if self._cohort is not None and self._in_cohort(instance):
+                stored = self._register_in_cohort(self._cohort, instance)
+            elif isinstance(instance, Model):
+                stored = self._register_model(instance)
             elif isinstance(instance, EventSource):
                 stored = self._register_event_source(instance)
             else:
                 stored = self._create_or_keep(instance)
             self._owned[stored.id()] = stored
             return stored
+
+    def _in_cohort(self, instance: DiscoveryInstance) -> bool:
+        """Whether ``instance`` is one of this cohort member's shared records: every record under
+        its instance id, and an event source published under it."""
+        return not isinstance(instance, EventSource) or instance.publisher_id == self.instance_id
+
+    def _register_in_cohort(self, cohort: CohortMembership, instance: DiscoveryInstance) -> DiscoveryInstance:
+        """Register as a failover-cohort member (docs/design.md §4.1): under the store lock, claim
+        the logical id (InstanceReplaced once a successor replaced this client), then replace
+        whatever is stored under the record's id, a predecessor's record included: readers see
+        the worker change in place. A model card still may not conflict with another worker's
+        model on the endpoint."""
+        cohort.check()
+        if isinstance(instance, Model):
+            lock_key = Query.models(instance.namespace, instance.component, instance.endpoint).key_prefix()
+        else:
+            lock_key = instance.kind.bucket + "/" + instance.id().to_path()
+        with self._store_lock(instance.kind, lock_key):
+            self._claim(cohort)
+            cohort.claimed = True
+            if isinstance(instance, Model):
+                endpoint_models = Query.models(instance.namespace, instance.component, instance.endpoint)
+                others = [m for m in self._list_models(endpoint_models) if m.id() != instance.id()]
+                conflict = find_conflict(instance, others)
+                if conflict is not None:
+                    raise conflict_error(instance, conflict)
+            self._take_over(instance)
+        return instance
 
     def _check_spec(self, spec: DiscoverySpec) -> None:
         """A backend's own checks of a spec before anything is stored (none by default)."""
@@ -198,6 +235,8 @@ class Discovery(abc.ABC):
         self._check_writable("unregister records")
         with self._api_lock:
             self._check_open()
+            if self._cohort is not None:
+                self._cohort.check()
             if instance_id not in self._owned:
                 raise NotFoundError(f"this client has not registered {_describe(instance_id)}")
             self._endpoint_leases.check_unleased(instance_id)
@@ -223,6 +262,8 @@ class Discovery(abc.ABC):
         caller_taints = check_caller_taints(taints)  # before the locks, and a generator is read once
         with self._api_lock:
             self._check_open()
+            if self._cohort is not None:
+                self._cohort.check()
             endpoint_models = Query.models(model_id.namespace, model_id.component, model_id.endpoint)
             with self._store_lock(RecordKind.MODEL, endpoint_models.key_prefix()):
                 existing = self._get(model_id)
@@ -239,6 +280,8 @@ class Discovery(abc.ABC):
     def owned(self) -> tuple[DiscoveryInstance, ...]:
         """The records this client registered and has not unregistered."""
         with self._api_lock:
+            if self._cohort is not None and self._cohort.replaced is not None:
+                return ()
             return ordered(self._owned.values())
 
     def lease_endpoint(self, spec: EndpointSpec) -> EndpointLease:
@@ -268,6 +311,8 @@ class Discovery(abc.ABC):
         Only an EndpointSpec can be leased (ValidationError otherwise); ClientClosed after shutdown().
         """
         self._check_writable("lease endpoints")
+        if self._cohort is not None:
+            self._cohort.check()
         return self._endpoint_leases.acquire(spec)
 
     # -- reading ----------------------------------------------------------------------------------
@@ -393,11 +438,17 @@ class Discovery(abc.ABC):
             self._closed = True
             self._endpoint_leases.cancel()  # a release retrying its unregister returns
             owned, self._owned = self._owned, {}
+            if self._cohort is not None and self._cohort.replaced is not None:
+                owned = {}  # a successor took them over: they are not this client's to remove
             for instance_id in owned:
                 try:
                     self._delete(instance_id)
+                except InstanceReplaced:
+                    break  # a successor took over meanwhile: nothing more is this client's to remove
                 except Exception:
                     log.exception("could not remove %s during shutdown", _describe(instance_id))
+            for lock in self._failover_locks:  # after the records: a standby takes over what is left
+                lock.close()
             self._close()
 
     close = shutdown
@@ -405,6 +456,61 @@ class Discovery(abc.ABC):
     @property
     def closed(self) -> bool:
         return self._closed
+
+    # -- failover cohorts (docs/design.md §4.1) ---------------------------------------------------------
+    @property
+    def replaced(self) -> Replacement | None:
+        """How a successor with this client's logical instance id replaced it (None: it did not,
+        or this client is no cohort member). A replaced client owns no record any more: its
+        writes raise InstanceReplaced and its shutdown removes nothing."""
+        return None if self._cohort is None else self._cohort.replaced
+
+    def wait_replaced(self, timeout: float | None = None) -> bool:
+        """Block until a successor replaces this cohort member (True) or ``timeout`` seconds pass
+        (False; None waits without limit). ValidationError for a client without a logical id."""
+        return self._membership("wait_replaced").wait(timeout)
+
+    def on_replaced(self, callback: Callable[[Replacement], None]) -> None:
+        """Call ``callback(replacement)`` once, on a thread of its own, when a successor replaces
+        this cohort member (at once if it already did): a worker exits there. A callback that
+        raises is logged. ValidationError for a client without a logical id."""
+        self._membership("on_replaced").on_replaced(callback)
+
+    def _membership(self, method: str) -> CohortMembership:
+        if self._cohort is None:
+            raise ValidationError(
+                f"{method}() is for failover-cohort members: connect with a logical instance id "
+                "(DYN_DISCOVERY_LOGICAL_INSTANCE_ID or _KEY, or the logical_instance_id / logical_instance_key options)"
+            )
+        return self._cohort
+
+    def failover_lock(self, name: str, *, stale_after: float | None = None) -> FailoverLock:
+        """The failover lock ``name`` of this store (see :class:`~discovery_sync.failover.FailoverLock`):
+        the lock a cohort's primary holds while it registers and its standby waits for
+        (``lock.acquire()``). It is freed when its holder dies (kill -9 frees it at once on a
+        local file store, after ``stale_after`` on a shared one) and broken when its holder
+        freezes longer than ``stale_after`` seconds (default: the store's ``lock_stale``, 10 s);
+        the frozen holder learns it (``lock.on_lost``). ``shutdown()`` releases it after removing
+        this client's records. ValidationError on backends without one (etcd, Kubernetes: no
+        cohort), for a read-only client, or for a bad name."""
+        self._check_writable("take a failover lock")
+        check_lock_name(name)
+        with self._api_lock:
+            self._check_open()
+            lock = self._failover_lock(name, stale_after)
+            self._failover_locks.append(lock)
+            return lock
+
+    def _failover_lock(self, name: str, stale_after: float | None) -> FailoverLock:
+        raise ValidationError(
+            f"the {self.backend_name} backend has no failover lock: failover cohorts use the file backend "
+            "(or memory://, in one process)"
+        )
+
+    def _fence(self, by: str, seen: str) -> None:
+        """A successor replaced this cohort member (seen by a backend): it owns nothing from now on."""
+        if self._cohort is not None:
+            self._cohort.mark_replaced(Replacement(self._cohort.logical_instance_id, by, seen))
 
     def __enter__(self) -> Discovery:
         return self
@@ -438,7 +544,8 @@ class Discovery(abc.ABC):
 
     @abc.abstractmethod
     def _delete(self, instance_id: DiscoveryInstanceId) -> None:
-        """Remove the record; a record already gone is not an error."""
+        """Remove the record; a record already gone is not an error. A cohort member removes
+        only its own write, and raises InstanceReplaced (removing nothing) once replaced."""
 
     @abc.abstractmethod
     def _list(self, query: Query) -> builtins.list[DiscoveryInstance]:
@@ -452,6 +559,17 @@ class Discovery(abc.ABC):
         """A lock serialising read-modify-write sequences on ``key`` (a record or key prefix of
         ``kind``) across all clients of the store; it may cover more than ``key``."""
         return contextlib.nullcontext()
+
+    def _claim(self, cohort: CohortMembership) -> None:
+        """Under the store lock of a record about to be written: make this cohort member the
+        logical id's current writer, or raise InstanceReplaced when a successor took over since
+        it claimed. Backends that host cohorts implement it."""
+        raise ValidationError(f"the {self.backend_name} backend cannot host a failover cohort")
+
+    def _take_over(self, instance: DiscoveryInstance) -> None:
+        """Under the store lock: store ``instance`` whatever is stored under its id, as a new
+        write of this client (what it refreshes and may delete from now on)."""
+        raise ValidationError(f"the {self.backend_name} backend cannot host a failover cohort")
 
     @abc.abstractmethod
     def _open_feed(self, feed: WatchFeed) -> None:

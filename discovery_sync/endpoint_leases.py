@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING
 
-from .errors import BackendUnavailable, ClientClosed, ConflictError, NotFoundError, ValidationError
+from .errors import BackendUnavailable, ClientClosed, ConflictError, InstanceReplaced, NotFoundError, ValidationError
 from .identity import DiscoveryInstanceId, EndpointInstanceId
 from .model import DiscoveryInstance, Endpoint, stored_form
 from .queries import Query
@@ -288,7 +288,7 @@ class EndpointLeases:
         (it removes its records itself), the error when it failed."""
         try:
             self._client.unregister(endpoint_id)
-        except NotFoundError:  # the client's unregister() removed it already
+        except (NotFoundError, InstanceReplaced):  # removed already, or a cohort successor's now: not ours to remove
             return True
         except ClientClosed:
             return False

@@ -41,3 +41,9 @@ class WatchClosed(DiscoveryError):
 
 class WatchFailed(DiscoveryError):
     """The thread feeding a watch died; the cause is chained (``__cause__``)."""
+
+
+class InstanceReplaced(ConflictError):
+    """This client is a failover-cohort member that a successor with the same logical instance
+    id replaced: it no longer owns any record and must not write. Exit (or reconnect as a
+    standby); see ``Discovery.wait_replaced``."""

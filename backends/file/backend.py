@@ -37,9 +37,11 @@ from pathlib import Path
 from typing import Any
 
 from discovery_sync.broadcast import FeedSet
+from discovery_sync.cohort import CohortMembership
 from discovery_sync.discovery import CollectedGarbage, Discovery
 from discovery_sync.errors import BackendUnavailable, DiscoveryError, ValidationError
 from discovery_sync.events import DiscoveryEvent
+from discovery_sync.failover import FailoverLock
 from discovery_sync.identity import DiscoveryInstanceId, RecordKind
 from discovery_sync.logical_id import member_instance_id
 from discovery_sync.model import DiscoveryInstance, instance_to_json
@@ -47,10 +49,12 @@ from discovery_sync.periodic import PeriodicThread
 from discovery_sync.queries import Query
 from discovery_sync.watch import WatchFeed
 
+from .cohort import claim_name, read_claim, write_claim
 from .directory import DirectoryClosed, StoreDirectory, SymlinkRefused, listing
 from .doctor import diagnose_store
+from .failover import FileFailoverLock
 from .layout import LOCK_DIRNAME, StoreLayout
-from .liveness import Heartbeat, OwnedNames, Patience, heartbeat_interval
+from .liveness import Fencing, Heartbeat, OwnedNames, Patience, heartbeat_interval
 from .locks import StoreLocks
 from .missed import Suspects, notice_grace
 from .mounts import choose_modes, mount_of, read_only_filesystem, store_cache_window
@@ -244,6 +248,7 @@ class FileDiscovery(Discovery):
             names=self._names,
             write_back=self._write_back,
             refused=self._full_scan_now,
+            fenced=None if self._cohort is None else Fencing(self._still_claimed, self._written),
         )
         self._heartbeat = PeriodicThread(
             "discovery-sync-file-heartbeat",
@@ -348,6 +353,8 @@ class FileDiscovery(Discovery):
         return existing
 
     def _replace(self, instance: DiscoveryInstance) -> None:
+        if self._cohort is not None and not self._still_current(instance.id()):  # under the store lock
+            self._cohort.check()
         self._write(instance, create_only=False)
 
     def _write(self, instance: DiscoveryInstance, *, create_only: bool) -> bool:
@@ -379,6 +386,15 @@ class FileDiscovery(Discovery):
             self._written[instance_id] = st.st_ino
 
     def _delete(self, instance_id: DiscoveryInstanceId) -> None:
+        if self._cohort is not None:
+            with self._store_lock(instance_id.kind, instance_id.kind.bucket + "/" + instance_id.to_path()):
+                if not self._still_current(instance_id):
+                    self._cohort.check()  # a successor's now: InstanceReplaced, nothing removed
+                self._unlink(instance_id)
+            return
+        self._unlink(instance_id)
+
+    def _unlink(self, instance_id: DiscoveryInstanceId) -> None:
         self._written.pop(instance_id, None)
         try:
             with self._buckets[instance_id.kind].use() as dir_fd:
@@ -447,13 +463,15 @@ class FileDiscovery(Discovery):
             "root": str(self.layout.root),
             "instance_id": self.instance_id,
             "read_only": self.read_only,
-            "records": len(self._owned),
+            "records": 0 if self.replaced is not None else len(self._owned),
             "observer": self._notifier.kind,
             "observer_alive": self._notifier.is_alive() if self._notifier.started else None,
             "lock": self._locks.mode,
             "heartbeat": heartbeat,
             "rescan": rescan,
             "liveness_paused": self._views[RecordKind.ENDPOINT].blind,
+            "logical_instance_id": None if self._cohort is None else self._cohort.logical_instance_id,
+            "replaced": None if self.replaced is None else str(self.replaced),
             "connected": not (heartbeat and heartbeat["failures"]) and not rescan["failures"],
         }
 
@@ -624,7 +642,78 @@ class FileDiscovery(Discovery):
         with self._api_lock:
             if self._owned.get(instance.id()) is not instance or self._closed:
                 return False
-            return self._write(instance, create_only=True)
+            if self._cohort is None:
+                return self._write(instance, create_only=True)
+            instance_id = instance.id()
+            with self._store_lock(instance_id.kind, instance_id.kind.bucket + "/" + instance_id.to_path()):
+                # gone may mean taken over and removed by a successor: its claim tells
+                return self._still_current(instance_id) and self._write(instance, create_only=True)
+
+    # -- failover cohorts (docs/design.md §4.1; claims: :mod:`.cohort`) ----------------------------------
+    def _claim(self, cohort: CohortMembership) -> None:
+        name = claim_name(cohort.logical_instance_id)
+        path = self._lock_dir.path / name
+        try:
+            with self._lock_dir.use() as dir_fd:
+                claim = read_claim(dir_fd, name)
+                if claim is not None and claim.token == cohort.token:
+                    return
+                if claim is not None and cohort.claimed:
+                    self._fence(claim.describe(), f"its claim {path}")
+                    cohort.check()
+                if claim is None and cohort.claimed:
+                    log.warning("the cohort claim %s of this client is gone or unreadable; writing it again", path)
+                write_claim(dir_fd, name, cohort.token)
+        except OSError as exc:
+            raise storage_error(exc, f"cannot write the cohort claim {path}") from exc
+
+    def _take_over(self, instance: DiscoveryInstance) -> None:
+        self._write(instance, create_only=False)
+
+    def _failover_lock(self, name: str, stale_after: float | None) -> FailoverLock:
+        stale_after = self._locks.stale_after if stale_after is None else OPTIONS.check("lock_stale", stale_after)
+        return FileFailoverLock(
+            name, self._lock_dir, mode=self._locks.mode, stale_after=stale_after, store_root=self.root
+        )
+
+    def _still_claimed(self) -> bool:
+        """Whether this cohort member still is its logical id's current writer: no claim of another
+        member stands in the store (a member that has written nothing yet is no writer to fence).
+        A claim of another fences this client."""
+        cohort = self._cohort
+        if cohort is None or cohort.replaced is not None:
+            return cohort is None
+        if not cohort.claimed:
+            return True
+        name = claim_name(cohort.logical_instance_id)
+        with self._lock_dir.use() as dir_fd:
+            claim = read_claim(dir_fd, name)
+        if claim is not None and claim.token != cohort.token:
+            self._fence(claim.describe(), f"its claim {self._lock_dir.path / name}")
+            return False
+        return True
+
+    def _still_current(self, instance_id: DiscoveryInstanceId) -> bool:
+        """Under the store lock: whether this cohort member may still write, refresh or delete
+        ``instance_id``: it is still claimed, and the file under the name is the one this client
+        wrote, or no successor's (another user's file, junk: a stranger's, repaired as ever). A
+        valid record of this user written by another process is a successor's (a member that
+        writes no claim, as the reference's): it fences this client."""
+        if not self._still_claimed():
+            return False
+        name = self._names(instance_id)
+        directory = self._buckets[instance_id.kind]
+        with directory.use() as dir_fd:
+            st = stat_entry(dir_fd, name)
+            if st is None or st.st_ino == self._written.get(instance_id) or st.st_uid != os.geteuid():
+                return True
+            try:
+                raw = read_file(dir_fd, name, self.max_record_bytes)
+                record_from(raw or b"", instance_id.kind, name)
+            except (OSError, RecordTooLarge, ValidationError):
+                return True  # not a record: nobody's takeover
+        self._fence(f"a process of uid {st.st_uid}", f"its record {directory.path / name}")
+        return False
 
     def _thread_crashed(self, exc: BaseException) -> None:
         """A heartbeat or rescan thread ended (only a BaseException such as SystemExit ends one):
@@ -796,6 +885,16 @@ class FileDiscovery(Discovery):
                 self._restore(instance, name)
 
     def _restore(self, instance: DiscoveryInstance, name: str) -> None:
+        instance_id = instance.id()
+        if self._cohort is not None:
+            with self._store_lock(instance_id.kind, instance_id.kind.bucket + "/" + instance_id.to_path()):
+                if self._still_current(instance_id):  # else a successor took it over: respected
+                    self._restore_foreign(instance, name)
+            return
+        self._restore_foreign(instance, name)
+
+    def _restore_foreign(self, instance: DiscoveryInstance, name: str) -> None:
+        """Write back this client's record that a stranger replaced (see _restore_replaced)."""
         instance_id = instance.id()
         directory = self._buckets[instance_id.kind]
         with directory.use() as dir_fd:

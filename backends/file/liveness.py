@@ -33,7 +33,7 @@ from discovery_sync.threads import log_retry
 
 from .directory import StoreDirectory
 from .layout import StoreLayout
-from .wire import REFERENCE_TTL, touch_record
+from .wire import REFERENCE_TTL, touch_record, touch_written
 
 log = logging.getLogger("discovery_sync.backends.file")
 
@@ -90,13 +90,27 @@ class OwnedNames:
             self._names = {i: n for i, n in self._names.items() if i in owned}
 
 
+class Fencing:
+    """What the heartbeat of a failover-cohort member needs: ``current()`` says whether the member
+    still is its cohort's current writer (reading its claim; False fences it), ``written`` maps
+    each of its records to the inode it wrote."""
+
+    def __init__(self, current: Callable[[], bool], written: Mapping[DiscoveryInstanceId, int]) -> None:
+        self.current = current
+        self.written = written
+
+
 class Heartbeat:
     """The job of the backend's ``discovery-sync-file-heartbeat`` thread: :meth:`beat`, and :meth:`error`.
 
     :param owned: this client's records now (a copy, taken without waiting for the API lock).
     :param names: the file name of a record of this client.
     :param write_back: writes a record again if this client still owns it; True when it did.
-    :param refused: called when one of the files may not be touched.
+    :param refused: called when one of the files may not be touched (or, for a cohort member,
+        another file holds its name).
+    :param fenced: for a failover-cohort member (docs/design.md §4.1): a beat first asks whether
+        the member still is its cohort's current writer (and touches nothing when it is not), and
+        touches only the files it wrote (:func:`.wire.touch_written`).
     """
 
     def __init__(
@@ -109,6 +123,7 @@ class Heartbeat:
         names: OwnedNames,
         write_back: Callable[[DiscoveryInstance], bool],
         refused: Callable[[], None],
+        fenced: Fencing | None = None,
     ) -> None:
         self.layout = layout
         self.buckets = buckets
@@ -117,6 +132,7 @@ class Heartbeat:
         self._names = names
         self._write_back = write_back
         self._refused = refused
+        self._fencing = fenced
         # monotonic time when the last beat that touched every file it could began (None: none yet)
         self.beaten_at: float | None = None
         self._beating_since: float | None = None  # the beat under way
@@ -142,6 +158,11 @@ class Heartbeat:
             self._beating_since = None
 
     def _beat(self, began: float) -> None:
+        fencing = self._fencing
+        if fencing is not None and not fencing.current():
+            self.beaten_at = began  # nothing of this client's to keep alive: a successor replaced it
+            self._failure = None
+            return
         owned = self._owned()
         self._names.prune(owned)
         by_kind: dict[RecordKind, list[tuple[str, DiscoveryInstance]]] = {}
@@ -150,7 +171,7 @@ class Heartbeat:
         gone: list[DiscoveryInstance] = []
         for kind, files in by_kind.items():
             with self.buckets[kind].use() as dir_fd:
-                gone += _touch(dir_fd, files, self._refused)
+                gone += _touch(dir_fd, files, self._refused, None if fencing is None else fencing.written)
         for instance in gone:
             if self._write_back(instance):
                 log.warning(
@@ -168,14 +189,25 @@ class Heartbeat:
 
 
 def _touch(
-    dir_fd: int, files: list[tuple[str, DiscoveryInstance]], refused: Callable[[], None]
+    dir_fd: int,
+    files: list[tuple[str, DiscoveryInstance]],
+    refused: Callable[[], None],
+    written: Mapping[DiscoveryInstanceId, int] | None,
 ) -> list[DiscoveryInstance]:
     """Touch each file (:func:`.wire.touch_record`, looked up here on every call so that tests
-    can replace it); the records whose file is gone."""
+    can replace it; with ``written``, only the file of the inode this client wrote); the records
+    whose file is gone."""
     gone = []
     for name, instance in files:
         try:
-            if not touch_record(dir_fd, name):
+            if written is None:
+                touched: bool | None = touch_record(dir_fd, name)
+            else:
+                inode = written.get(instance.id())
+                touched = None if inode is None else touch_written(dir_fd, name, inode)
+            if touched is None:  # another file holds the name: the rescan judges it under the store lock
+                refused()
+            elif not touched:
                 gone.append(instance)
         except PermissionError:  # someone else's file under our name: the rescan writes ours back
             refused()

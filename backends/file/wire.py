@@ -198,6 +198,24 @@ def touch_record(dir_fd: int, name: str) -> bool:
     return True
 
 
+def touch_written(dir_fd: int, name: str, inode: int) -> bool | None:
+    """Set the mtime of ``name`` to now only while it is still the file ``inode`` (a write of this
+    client's): True when touched, False when the name is gone, None when another file holds it
+    (it is left alone). The file is opened, checked and touched through its descriptor, so a file
+    renamed over the name meanwhile is never touched."""
+    fd = _open(dir_fd, name)
+    if fd is None:
+        return False if stat_entry(dir_fd, name) is None else None
+    try:
+        st = os.fstat(fd)
+        if st.st_ino != inode or not S_ISREG(st.st_mode):  # an inode number is reused by any kind of file
+            return None
+        os.utime(fd)
+        return True
+    finally:
+        os.close(fd)
+
+
 def refresh_listing(dir_fd: int) -> None:
     """Make this host's next listing of the directory current: create and remove a temp file in it.
 

@@ -22,7 +22,7 @@ EVENT_TIMEOUT = 10.0
 @dataclass
 class StoreRig:
     name: str
-    connect: Callable[[], ds.Discovery]
+    connect: Callable[..., ds.Discovery]  # keyword options are connect() options
     quiet_period: float  # long enough for a stray rescan/poll event to show up
     event_timeout: float = EVENT_TIMEOUT  # how long a test waits for an event that must come
     #: connects a read-only client (``read_only=True``; on Kubernetes, one without a pod identity)
@@ -31,6 +31,12 @@ class StoreRig:
 
     def client(self) -> ds.Discovery:
         client = self.connect()
+        self.clients.append(client)
+        return client
+
+    def member(self, logical_instance_id: int) -> ds.Discovery:
+        """A new client that is a member of the failover cohort ``logical_instance_id``."""
+        client = self.connect(logical_instance_id=logical_instance_id)
         self.clients.append(client)
         return client
 
@@ -48,7 +54,9 @@ class StoreRig:
 def _memory_rig(request: pytest.FixtureRequest, tmp_path: Path) -> StoreRig:
     registry = f"contract-{uuid.uuid4().hex}"
     url = f"memory://{registry}"
-    return StoreRig("memory", lambda: ds.connect(url), 0.2, connect_reader=lambda: ds.connect(url, read_only=True))
+    return StoreRig(
+        "memory", lambda **kw: ds.connect(url, **kw), 0.2, connect_reader=lambda: ds.connect(url, read_only=True)
+    )
 
 
 def _file_rig(request: pytest.FixtureRequest, tmp_path: Path, observer: str) -> StoreRig:
@@ -57,14 +65,19 @@ def _file_rig(request: pytest.FixtureRequest, tmp_path: Path, observer: str) -> 
         f"file://{tmp_path / 'store'}?observer={observer}&ttl=5&rescan_interval=0.2&poll_interval=0.1&uniform_ttl=true"
     )
     return StoreRig(
-        f"file-{observer}", lambda: ds.connect(url), 0.6, connect_reader=lambda: ds.connect(url, read_only=True)
+        f"file-{observer}",
+        lambda **kw: ds.connect(url, **kw),
+        0.6,
+        connect_reader=lambda: ds.connect(url, read_only=True),
     )
 
 
 def _etcd_rig(request: pytest.FixtureRequest, tmp_path: Path) -> StoreRig:
     server = request.getfixturevalue("etcd_server")
     url = f"etcd://127.0.0.1:{server.client_port}/contract-{uuid.uuid4().hex}?ttl=5"
-    return StoreRig("etcd", lambda: ds.connect(url), 0.3, connect_reader=lambda: ds.connect(url, read_only=True))
+    return StoreRig(
+        "etcd", lambda **kw: ds.connect(url, **kw), 0.3, connect_reader=lambda: ds.connect(url, read_only=True)
+    )
 
 
 def _sshfs_rig(request: pytest.FixtureRequest, tmp_path: Path) -> StoreRig:

@@ -57,7 +57,7 @@ def kube_rig(request: pytest.FixtureRequest, tmp_path: Path) -> StoreRig:
     numbers = itertools.count()
     return KubeRig(
         "kube",
-        lambda: connect_pod(server, kubeconfig, f"worker-{next(numbers)}"),
+        lambda **kw: connect_pod(server, kubeconfig, f"worker-{next(numbers)}", **kw),
         quiet_period=0.3,
         connect_reader=lambda: connect_reader(kubeconfig),
         server=server,

@@ -57,7 +57,7 @@ def sshfs_rig(request: pytest.FixtureRequest, tmp_path: Path) -> StoreRig:
     options = OPTIONS.format(ttl=TTL)
     return StoreRig(
         "file-sshfs",
-        lambda: ds.connect(f"file://{next(hosts) / name}?{options}"),
+        lambda **kw: ds.connect(f"file://{next(hosts) / name}?{options}", **kw),
         quiet_period=0.6,
         event_timeout=EVENT_TIMEOUT + CACHE_WINDOW,
         connect_reader=lambda: ds.connect(f"file://{next(hosts) / name}?{options}&read_only=true"),
