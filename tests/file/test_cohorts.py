@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
 
 import orjson
 import pytest
@@ -117,9 +118,12 @@ def test_a_valid_record_of_this_user_in_its_place_is_a_takeover(store, clients, 
     own = endpoint_file(store, endpoint)
     planted = own.with_name("planted")
     planted.write_bytes(ds.instance_to_json(successor))
+    os.utime(planted, (1000, 1000))
     os.rename(planted, own)
     assert primary.wait_replaced(timeout=HEARTBEATS)
     assert "its record" in str(primary.replaced)
+    threading.Event().wait(HEARTBEATS)  # heartbeats of the replaced member would move the mtime
+    assert own.stat().st_mtime == 1000  # never refreshed by the member it replaced
     assert own.read_bytes() == ds.instance_to_json(successor)
     assert not warnings.matching("wrote it back")
 
