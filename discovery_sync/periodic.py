@@ -1,19 +1,20 @@
 """A named daemon thread that runs one job at a fixed interval until stopped.
 
-It sleeps on an Event (no busy loop), can be woken early with :meth:`wake`, and never dies
-silently: an exception from the job goes to ``on_error``, which returns True to run the job
-again after the interval or False to end the thread; an exception of ``on_error`` itself ends
-it through :func:`discovery_sync.threads.report_crash` (logged, handed to ``on_crash``).
+It sleeps on an Event through its clock (no busy loop; a manual clock in tests), can be woken
+early with :meth:`wake`, and never dies silently: an exception from the job goes to
+``on_error``, which returns True to run the job again after the interval or False to end the
+thread; an exception of ``on_error`` itself ends it through
+:func:`discovery_sync.threads.report_crash` (logged, handed to ``on_crash``).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
+from .clock import SYSTEM, Clock
 from .threads import start_thread
 
 log = logging.getLogger(__name__)
@@ -31,18 +32,21 @@ class PeriodicThread:
         on_error: Callable[[BaseException], bool] | None = None,
         on_crash: Callable[[BaseException], None] | None = None,
         run_first: bool = False,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.name = name
         self.interval = interval
         self._job = job
         self._on_error = on_error
         self._run_first = run_first
+        self._clock = clock
         self._stop = threading.Event()
         self._wake = threading.Event()
         self.failures = 0  # in a row
         self.last_error: str | None = None
-        self._last_success = time.monotonic()
+        self._last_success = clock.monotonic()
         self._thread = start_thread(name, self._run, on_crash, start=False)
+        clock.enroll(self._thread)
 
     def start(self) -> None:
         self._thread.start()
@@ -66,7 +70,7 @@ class PeriodicThread:
             "alive": self.is_alive(),
             "failures": self.failures,
             "last_error": self.last_error,
-            "seconds_since_success": round(time.monotonic() - self._last_success, 3),
+            "seconds_since_success": round(self._clock.monotonic() - self._last_success, 3),
         }
 
     def _run(self) -> None:
@@ -81,9 +85,9 @@ class PeriodicThread:
                 if self._on_error is None or not self._on_error(exc):
                     raise
             else:
-                self.failures, self.last_error, self._last_success = 0, None, time.monotonic()
+                self.failures, self.last_error, self._last_success = 0, None, self._clock.monotonic()
             self._wait()
 
     def _wait(self) -> None:
-        self._wake.wait(self.interval)
+        self._clock.wait(self._wake, self.interval)
         self._wake.clear()
