@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from functools import partial
 
 from .events import DiscoveryEvent
@@ -41,7 +42,18 @@ class FeedSet:
         for feed in self.current():
             feed.publish(event, instance)
 
-    def publish_missed(self, kind: RecordKind, changes: list[tuple[DiscoveryEvent, DiscoveryInstance | None]]) -> None:
+    def publish_all(self, changes: Sequence[tuple[DiscoveryEvent, DiscoveryInstance | None]]) -> None:
+        """Tell every feed about each change, in order (``(event, new value)`` pairs)."""
+        if not changes:
+            return
+        feeds = self.current()
+        for event, instance in changes:
+            for feed in feeds:
+                feed.publish(event, instance)
+
+    def publish_missed(
+        self, kind: RecordKind, changes: Sequence[tuple[DiscoveryEvent, DiscoveryInstance | None]]
+    ) -> None:
         """Changes a rescan found that notifications had missed: each feed they concern gets
         them followed by a Resync."""
         if not changes:

@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from .clock import Clock
 from .errors import ValidationError
 from .validation import U64_MAX
 
@@ -156,6 +157,13 @@ def path(value: Any, label: str) -> str:
     if isinstance(value, bytes) or not isinstance(value, str) or not value or "\0" in value:
         raise _bad(label, value, "a non-empty path without NUL characters")
     return value
+
+
+def clock(value: Any, label: str) -> Clock:
+    """A :class:`discovery_sync.clock.Clock` object (a keyword argument: a URL cannot name one)."""
+    if isinstance(value, Clock):
+        return value
+    raise _bad(label, value, "a discovery_sync.clock.Clock object, given as a keyword argument (tests: ManualClock())")
 
 
 def optional(parser: Parser[T]) -> Parser[T | None]:

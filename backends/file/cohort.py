@@ -15,13 +15,25 @@ shutdown, its predecessor must still see that it was replaced.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
-import time
+from collections.abc import Callable
 
 import orjson
 
-from .wire import RecordTooLarge, read_regular, write_record
+from discovery_sync.clock import SYSTEM, Clock
+from discovery_sync.cohort import CohortMembership
+from discovery_sync.errors import ValidationError
+from discovery_sync.identity import DiscoveryInstanceId
+
+from .directory import StoreDirectory
+from .names import record_from
+from .oserrors import storage_error
+from .own import OwnFiles
+from .wire import RecordTooLarge, read_file, read_regular, stat_entry, write_record
+
+log = logging.getLogger("discovery_sync.backends.file")
 
 CLAIM_LIMIT = 4096  # bytes; a claim is about 100
 
@@ -30,8 +42,8 @@ def claim_name(logical_instance_id: int) -> str:
     return f"cohort.{logical_instance_id:x}.claim"
 
 
-def claim_bytes(token: str) -> bytes:
-    return orjson.dumps({"token": token, "host": socket.gethostname(), "pid": os.getpid(), "since": time.time()})
+def claim_bytes(token: str, clock: Clock = SYSTEM) -> bytes:
+    return orjson.dumps({"token": token, "host": socket.gethostname(), "pid": os.getpid(), "since": clock.time()})
 
 
 class Claim:
@@ -71,6 +83,85 @@ def read_claim(dir_fd: int, name: str) -> Claim | None:
     return Claim(token, host, pid)
 
 
-def write_claim(dir_fd: int, name: str, token: str) -> None:
+def write_claim(dir_fd: int, name: str, token: str, clock: Clock = SYSTEM) -> None:
     """Store this member's claim (atomically: a temp file renamed over the name)."""
-    write_record(dir_fd, name, claim_bytes(token), create_only=False)
+    write_record(dir_fd, name, claim_bytes(token, clock), create_only=False)
+
+
+class CohortFence:
+    """What a cohort member checks before it writes, refreshes or deletes a record of its logical
+    id (docs/design.md §4.1): whether it still is the cohort's current writer. ``fence(by, seen)``
+    is the client's: it marks the member replaced (and tells the worker)."""
+
+    def __init__(
+        self,
+        cohort: CohortMembership,
+        lock_dir: StoreDirectory,
+        own: OwnFiles,
+        fence: Callable[[str, str], None],
+        clock: Clock = SYSTEM,
+    ) -> None:
+        self.cohort = cohort
+        self._clock = clock
+        self._lock_dir = lock_dir
+        self._own = own
+        self._fence = fence
+        self._name = claim_name(cohort.logical_instance_id)
+
+    def claim(self) -> None:
+        """Claim the logical id for this member (under the store lock, before it takes over): a
+        claim of another member, once this one has claimed, fences it (InstanceReplaced)."""
+        cohort = self.cohort
+        path = self._lock_dir.path / self._name
+        try:
+            with self._lock_dir.use() as dir_fd:
+                claim = read_claim(dir_fd, self._name)
+                if claim is not None and claim.token == cohort.token:
+                    return
+                if claim is not None and cohort.claimed:
+                    self._fence(claim.describe(), f"its claim {path}")
+                    cohort.check()
+                if claim is None and cohort.claimed:
+                    log.warning("the cohort claim %s of this client is gone or unreadable; writing it again", path)
+                write_claim(dir_fd, self._name, cohort.token, self._clock)
+        except OSError as exc:
+            raise storage_error(exc, f"cannot write the cohort claim {path}") from exc
+
+    def still_claimed(self) -> bool:
+        """Whether this member still is its logical id's current writer: no claim of another member
+        stands in the store (a member that has written nothing yet is no writer to fence). A claim
+        of another fences this client."""
+        cohort = self.cohort
+        if cohort.replaced is not None:
+            return False
+        if not cohort.claimed:
+            return True
+        with self._lock_dir.use() as dir_fd:
+            claim = read_claim(dir_fd, self._name)
+        if claim is not None and claim.token != cohort.token:
+            self._fence(claim.describe(), f"its claim {self._lock_dir.path / self._name}")
+            return False
+        return True
+
+    def still_current(self, instance_id: DiscoveryInstanceId) -> bool:
+        """Under the store lock: whether this member may still write, refresh or delete
+        ``instance_id``: it is still claimed, and the file under the name is the one this client
+        wrote, or no successor's (another user's file, junk: a stranger's, repaired as ever). A
+        valid record of this user written by another process is a successor's (a member that
+        writes no claim, as the reference's): it fences this client."""
+        if not self.still_claimed():
+            return False
+        own = self._own
+        name = own.names(instance_id)
+        directory = own.buckets[instance_id.kind]
+        with directory.use() as dir_fd:
+            st = stat_entry(dir_fd, name)
+            if st is None or st.st_ino == own.written.get(instance_id) or st.st_uid != os.geteuid():
+                return True
+            try:
+                raw = read_file(dir_fd, name, own.max_record_bytes)
+                record_from(raw or b"", instance_id.kind, name)
+            except (OSError, RecordTooLarge, ValidationError):
+                return True  # not a record: nobody's takeover
+        self._fence(f"a process of uid {st.st_uid}", f"its record {directory.path / name}")
+        return False

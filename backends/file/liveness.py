@@ -24,9 +24,9 @@ stale store from an unreachable one (:meth:`Heartbeat.trouble`): it judges nobod
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Mapping
 
+from discovery_sync.clock import SYSTEM, Clock
 from discovery_sync.identity import DiscoveryInstanceId, RecordKind
 from discovery_sync.model import DiscoveryInstance
 from discovery_sync.threads import log_retry
@@ -124,8 +124,10 @@ class Heartbeat:
         write_back: Callable[[DiscoveryInstance], bool],
         refused: Callable[[], None],
         fenced: Fencing | None = None,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.layout = layout
+        self._clock = clock
         self.buckets = buckets
         self.interval = interval
         self._owned = owned
@@ -151,7 +153,7 @@ class Heartbeat:
 
     def beat(self) -> None:
         """Touch every file of this client; write back the ones that are gone."""
-        began = self._beating_since = time.monotonic()
+        began = self._beating_since = self._clock.monotonic()
         try:
             self._beat(began)
         finally:

@@ -7,6 +7,7 @@ from discovery_sync.options import (
     OptionSet,
     boolean,
     choice,
+    clock,
     duration,
     from_environment,
     integer,
@@ -47,6 +48,7 @@ OPTIONS = OptionSet(
         "instance_id": optional(uint64),
         "read_only": boolean,
         "uniform_ttl": boolean,
+        "clock": clock,
         **LOGICAL_ID_PARSERS,
     },
 )

@@ -27,13 +27,13 @@ from __future__ import annotations
 import logging
 import os
 import stat
-import time
 
+from discovery_sync.clock import SYSTEM, Clock
 from discovery_sync.discovery import CollectedGarbage
 
 from .directory import DirectoryClosed
 from .names import id_of_name, printable
-from .view import STALL_AFTER, BucketView, Entry
+from .view import STALL_AFTER, BucketView, Changes, Entry
 from .wire import remove_record, stat_regular
 
 log = logging.getLogger("discovery_sync.backends.file")
@@ -41,49 +41,53 @@ log = logging.getLogger("discovery_sync.backends.file")
 
 class Sweeper:
     """Sweeps the buckets of one client; remembers the deletions the store refused, so each is
-    logged once (and not tried again until the file changes)."""
+    logged once (and not tried again until the file changes). Like the view's scans, its
+    methods return the changes of the view (records Removed, or read again), for the caller to
+    publish: call them holding the view's ``publishing`` lock."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock = SYSTEM) -> None:
+        self._clock = clock
         self._refused: dict[tuple[str, str], tuple[int, int]] = {}  # (bucket, name) -> (ino, mtime_ns)
 
     def sweep(
         self, view: BucketView, owned: frozenset[str], *, retry: bool = False, dry_run: bool = False
-    ) -> CollectedGarbage:
+    ) -> tuple[CollectedGarbage, Changes]:
         """Remove the dead records and leftovers of ``view``; ``retry`` tries refused ones again;
-        ``dry_run`` removes nothing and returns the keys of the dead records it would remove."""
+        ``dry_run`` removes nothing. Returns the keys of the dead records removed (would be
+        removed), and the changes of the view."""
         result = CollectedGarbage()
+        changes: Changes = []
         dead = view.dead(owned)
         if not dead:
-            return result
+            return result, changes
         with view.directory.use() as dir_fd:
             for name, entry in dead:
-                if not self._sweep_one(view, dir_fd, name, entry, result, retry, dry_run):
+                if not self._sweep_one(view, dir_fd, name, entry, result, changes, retry, dry_run):
                     break
-        return result
+        return result, changes
 
-    def expire(self, view: BucketView, owned: frozenset[str]) -> None:
+    def expire(self, view: BucketView, owned: frozenset[str]) -> Changes:
         """What a client that deletes nothing (read-only, or in a dry run) does with dead records:
-        each one still unchanged is reported Removed to the watches (:meth:`BucketView.expire`) and
-        left in place; leftovers are left alone."""
+        each one still unchanged is Removed for the watches (:meth:`BucketView.expire`) and left
+        in place; leftovers are left alone."""
         dead = [
             (name, entry)
             for name, entry in view.dead(owned)
             if not entry.expired and not name.startswith(".") and id_of_name(view.kind, name) is not None
         ]
+        changes: Changes = []
         if not dead:
-            return
+            return changes
         try:
             with view.directory.use() as dir_fd:
                 for name, entry in dead:
-                    unchanged = _recheck(view, dir_fd, name, entry)
+                    unchanged = self._recheck(view, dir_fd, name, entry)
                     if unchanged is None:
-                        return
-                    if unchanged:
-                        view.expire(name)
-                    else:
-                        view.refresh_name(name)
+                        break
+                    changes += view.expire(name) if unchanged else view.read_name(name)
         except DirectoryClosed:  # a read-only client's bucket went away: its next scan empties the view
-            return
+            pass
+        return changes
 
     def _sweep_one(
         self,
@@ -92,6 +96,7 @@ class Sweeper:
         name: str,
         entry: Entry,
         result: CollectedGarbage,
+        changes: Changes,
         retry: bool,
         dry_run: bool,
     ) -> bool:
@@ -104,10 +109,10 @@ class Sweeper:
         marker = (view.kind.bucket, name)
         if not retry and self._refused.get(marker) == (entry.ino, entry.mtime_ns):
             return True
-        unchanged = _recheck(view, dir_fd, name, entry)
+        unchanged = self._recheck(view, dir_fd, name, entry)
         if not unchanged:
             if unchanged is not None and not leftover:
-                view.refresh_name(name)
+                changes += view.read_name(name)
             return unchanged is not None
         if dry_run:
             if not leftover:
@@ -128,7 +133,7 @@ class Sweeper:
             self._refused[marker] = (entry.ino, entry.mtime_ns)
             if not leftover:
                 result.not_removed[key] = reason
-                view.expire(name)  # dead all the same: watches hear so, as list() already excludes it
+                changes += view.expire(name)  # dead all the same: watches hear so, as list() already excludes it
             return True
         self._refused.pop(marker, None)
         if leftover:
@@ -141,27 +146,26 @@ class Sweeper:
         if removed:
             log.info("removed %s/%s: no heartbeat for %.1f s", view.kind.bucket, name, view.dead_after)
             result.append(key)
-        view.refresh_name(name)
+        changes += view.read_name(name)
         return True
 
-
-def _recheck(view: BucketView, dir_fd: int, name: str, entry: Entry) -> bool | None:
-    """:func:`_still_unchanged`, or None when the answer took so long that the store stalled: then
-    every clock of the view starts again."""
-    began = time.monotonic()
-    unchanged = _still_unchanged(dir_fd, name, entry)
-    took = time.monotonic() - began
-    if took <= STALL_AFTER:
-        return unchanged
-    log.warning(
-        "re-checking %s/%s before judging it dead took %.1f s: the store stalled; no record is judged dead "
-        "before it has had a full TTL to show a heartbeat again",
-        view.kind.bucket,
-        printable(name),
-        took,
-    )
-    view.restart_clocks()
-    return None
+    def _recheck(self, view: BucketView, dir_fd: int, name: str, entry: Entry) -> bool | None:
+        """:func:`_still_unchanged`, or None when the answer took so long that the store stalled:
+        then every clock of the view starts again."""
+        began = self._clock.monotonic()
+        unchanged = _still_unchanged(dir_fd, name, entry)
+        took = self._clock.monotonic() - began
+        if took <= STALL_AFTER:
+            return unchanged
+        log.warning(
+            "re-checking %s/%s before judging it dead took %.1f s: the store stalled; no record is judged dead "
+            "before it has had a full TTL to show a heartbeat again",
+            view.kind.bucket,
+            printable(name),
+            took,
+        )
+        view.restart_clocks()
+        return None
 
 
 def _still_unchanged(dir_fd: int, name: str, entry: Entry) -> bool:

@@ -4,16 +4,19 @@ A file is re-read only when its (inode, size, mtime, ctime) changed, and re-pars
 its bytes changed (the view keeps a digest of them, not a copy), so a rescan of an unchanged
 store costs one ``stat`` per file. Atomic writers give every new content a new inode (or, on a
 freed inode the filesystem hands out again, a new ctime, which no ``utime`` can set back); a
-heartbeat only moves the mtime (and with it the ctime). ``list()`` neither lists nor stats a
-directory that did not change since its last scan (``refresh(quick=True)``), and reuses its ordered result
-while the view did not change (:meth:`BucketView.listed`). A *shallow* scan
-(``refresh(deep=False)``, the rescans of a client whose notifier sees every write of this host:
-inotify) does not even re-read a file whose mtime moved on the same inode and size: it takes
-that as a heartbeat (liveness) and leaves the file marked unverified; the next deep scan reads
-it, in case that was an in-place rewrite of the same size whose notification was lost. A
-shallow scan of a client that holds records does not stat its own files either, while the
-listing shows the inode it wrote and its heartbeat is beating (:class:`Touched`): it knows when
-it touched them.
+heartbeat only moves the mtime (and with it the ctime).
+
+Three scans read the directory (the listing itself: :mod:`.survey`), cheapest first: a
+*listing* scan reads nothing, not even the listing, while the directory did not change since its
+last scan (:meth:`BucketView.unchanged`; ``list()`` on a local store), and else runs one of the
+others; a *full* scan (the rescans of a client whose notifier
+sees every write of this host: inotify) stats every file but does not re-read one whose mtime
+moved on the same inode and size: it takes that as a heartbeat and leaves the file marked
+unverified, and does not stat this client's own files while the listing shows the inode it
+wrote and its heartbeat beats (:class:`Touched`); a *deep* scan re-reads every file whose
+version changed, and the unverified ones (an in-place rewrite of the same size whose
+notification was lost). ``list()`` reuses its ordered result while the view did not change
+(:meth:`BucketView.listed`).
 
 Liveness (docs/design.md §6): a record is dead when its mtime has not changed for ``dead_after``
 seconds *of this reader's monotonic clock* (the TTL plus the mount's cache window), counted
@@ -42,13 +45,12 @@ import contextlib
 import hashlib
 import logging
 import os
-import stat
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from discovery_sync.clock import SYSTEM, Clock
 from discovery_sync.errors import ValidationError
 from discovery_sync.events import Added, DiscoveryEvent, Removed
 from discovery_sync.identity import RecordKind
@@ -56,36 +58,27 @@ from discovery_sync.model import DiscoveryInstance
 from discovery_sync.queries import Query
 from discovery_sync.reconcile import Change, apply
 
-from .directory import DirectoryClosed, StoreDirectory, listing
+from .directory import DirectoryClosed, StoreDirectory
 from .liveness import Patience
-from .names import describe_entry, may_be_record, printable, record_from
-from .wire import DEFAULT_MAX_RECORD_BYTES, RecordTooLarge, read_regular, stat_entry, stat_regular, unread_reason
+from .names import may_be_record, printable, record_from
+from .survey import DirState, Survey, dir_state, gone, now_ns, settled, survey
+from .wire import DEFAULT_MAX_RECORD_BYTES, RecordTooLarge, read_regular, stat_entry, unread_reason
 
 log = logging.getLogger("discovery_sync.backends.file")
 
-Publish = Callable[[DiscoveryEvent, "DiscoveryInstance | None"], None]
+#: what a scan changed, in the order applied: each event with the record's new value (None: Removed)
+Changes = list[tuple[DiscoveryEvent, "DiscoveryInstance | None"]]
 Content = bytes  # a digest of a file's bytes
 Gate = Callable[[str, "Content | None"], bool]
 #: foreign names warned about by name in one scan; the rest are counted in one line
 MAX_NAMED_WARNINGS = 10
-#: how much older than a scan the directory's mtime must be for any later change to give it
-#: another mtime: timestamps of whole seconds may come from a filesystem that keeps seconds
-#: (ext3, HFS+) or two (FAT); others tick by the kernel's coarse clock (a jiffy, 1-10 ms)
-SETTLED_NS = 2_000_000_000
-FINE_SETTLED_NS = 100_000_000
-
-
-def settled(began_ns: int, mtime_ns: int) -> bool:
-    """Whether a change made after ``began_ns`` (this host's wall clock) gives a directory whose
-    mtime is ``mtime_ns`` another mtime."""
-    return began_ns - mtime_ns > (SETTLED_NS if mtime_ns % 1_000_000_000 == 0 else FINE_SETTLED_NS)
-
-
 #: ordered results of distinct queries kept for reuse by ``listed()`` (the oldest goes first)
 MAX_CACHED_LISTS = 16
 #: a scan longer than this, and than STALL_FACTOR times the usual, was stalled by the store
 STALL_AFTER = 2.0
 STALL_FACTOR = 8.0
+#: the named scans, cheapest first
+LISTING, FULL, DEEP = "listing", "full", "deep"
 
 
 def digest(raw: bytes) -> Content:
@@ -135,21 +128,16 @@ class Touched(NamedTuple):
     at: float
 
 
-@dataclass(slots=True)
-class _Scan:
-    found: dict[str, os.stat_result | None]  # None: new (see unread), or one of touched
-    unread: list[str]  # regular files with record names the view does not know yet: read, not stat'ed
-    leftovers: dict[str, os.stat_result]
-    foreign: dict[str, str]  # name -> what it is
-    touched: list[str]  # this client's own files, under the inode it wrote (not stat'ed)
-
-
 class BucketView:
     """The cached state of one bucket directory. All methods are thread-safe.
 
-    Every method that reads the directory reports the changes it finds through ``publish``
-    while holding the view's lock, so subscribers see changes in the order the view applied
-    them.
+    The named scans (:meth:`scan_full`, :meth:`scan_deep`, after :meth:`unchanged` for a listing
+    scan), :meth:`read_name`
+    and :meth:`expire` apply what they find under the view's ``lock`` and return the changes as
+    ``(event, new value)`` pairs, in the order applied; the caller publishes them. A caller that
+    publishes holds ``publishing`` around the call and the publishing, so the feeds get every
+    view's changes in order; subscribers are added under it too. When ``subscribed`` says nobody
+    listens to the bucket, the changes are applied and none is returned.
     """
 
     def __init__(
@@ -157,11 +145,10 @@ class BucketView:
         kind: RecordKind,
         directory: StoreDirectory,
         dead_after: float,
-        publish: Publish,
         *,
         settle: float = 0.0,
         max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM,
         missing_is_empty: bool = False,
         subscribed: Callable[[RecordKind], bool] | None = None,
         patience: Patience | None = None,
@@ -170,84 +157,138 @@ class BucketView:
         disagree with the store (the mount's cache window); files over ``max_record_bytes`` are
         never read. ``missing_is_empty`` (read-only clients, which never create the store): a
         directory that does not exist (yet, or any longer) is an empty bucket, not an error.
-        ``subscribed(kind)``: whether ``publish`` has a subscriber for records of ``kind`` now; a
-        scan that finds none (with the view's lock held, under which subscribers of its kind are
-        added) publishes nothing, which spares a first read of a big bucket an event per record.
-        ``patience``: the slack of a writer whose heartbeat is slower than this reader's TTL asks
-        (None: no writer's is, this reader's TTL is the longest any heartbeat stands for)."""
+        ``subscribed(kind)``: whether anyone listens to changes of records of ``kind`` now (asked
+        under ``publishing``). ``patience``: the slack of a writer whose heartbeat is slower than
+        this reader's TTL asks (None: no writer's is, this reader's TTL is the longest any
+        heartbeat stands for)."""
         self.kind = kind
         self.missing_is_empty = missing_is_empty
         self.directory = directory
         self.dead_after = dead_after
         self.settle = settle
         self.max_record_bytes = max_record_bytes
-        self.lock = threading.RLock()
-        self._publish = publish
+        self.lock = threading.RLock()  # the state
+        self.publishing = threading.RLock()  # scans and their publishing, in order
         self._subscribed = subscribed
         self._clock = clock
         self._entries: dict[str, Entry] = {}
         self._leftovers: dict[str, Entry] = {}  # temp and hidden files, by name (content unread)
-        self._foreign: dict[str, str] = {}  # other entries of the last full scan: name -> what it is
+        self._foreign: dict[str, str] = {}  # other entries of the last whole scan: name -> what it is
         # bumped by every change that may alter what valid() returns other than time passing (an
         # entry added, dropped, given another value or expired state, or a dead one alive again)
         self._changes = 0
         self._listed: dict[tuple[str, frozenset[str], Query], _Listed] = {}
         # name prefix -> the directory's (inode, mtime, ctime) at the last scan of it, when settled
-        self._unchanged: dict[str, tuple[int, int, int] | None] = {}
+        self._unchanged: dict[str, DirState | None] = {}
         self._patience = patience
         self._new_slack = patience.slack(0) if patience is not None else 0.0
         self._blind: str | None = None  # why nothing is judged dead now
         self._unwarned: set[str] = set()  # names of entries with a problem warn_pending() has not said yet
         # when this reader last saw a file of the bucket change (a heartbeat, a new content): the
-        # store takes someone's writes (FileDiscovery._judge_sight)
+        # store takes someone's writes (the client's Sight)
         self.moved_at = float("-inf")
         self._scan_cost = 0.0  # a scan's usual duration (moving average): longer ones stalled
 
-    # -- reading the directory --------------------------------------------------------------------
-    def refresh(
-        self,
-        name_prefix: str = "",
-        *,
-        publish: Publish | None = None,
-        gate: Gate | None = None,
-        quick: bool = False,
-        deep: bool = True,
-        touched: Touched | None = None,
-    ) -> None:
-        """Scan the directory (names starting with ``name_prefix``) and publish what changed.
-
-        ``publish`` replaces the view's subscriber for this scan. ``gate(name, content)``
-        (content None for a vanished file) may hold a content change back: it is then left for a
-        later scan or notification. Heartbeat-only changes always apply.
-
-        ``quick`` reads nothing, not even the listing, while the directory itself did not change
-        since the last scan of this prefix and that scan applied all it saw (no change held back
-        by its ``gate``): nothing was created, removed or renamed in it since, and atomic writers
-        give new content a new inode through a rename or link, so only liveness (mtimes, judged
-        by full scans) and in-place rewrites (their notification, or a deep scan) go unread.
-        Once the directory changed every file is stat-ed: a record deleted and written again may
-        get the freed inode back (ext4 reuses it at once). The directory's mtime tells only while
-        it is older than the scan that saw it by more than the filesystem's timestamp
-        granularity (:func:`settled`).
-
-        Without ``deep``, a file whose inode and size are unchanged and whose mtime moved is not
-        re-read (see the module docstring); a deep scan re-reads those left unverified. Such a
-        shallow scan also takes ``touched``, this client's own files: one whose listing shows the
-        inode this client wrote, the one the view holds, is not stat-ed but taken as alive at
-        ``touched.at`` (a file replaced by another writer has another inode; an in-place rewrite
-        keeps it, and waits for its notification or the next deep scan).
-
-        Raises OSError (or SymlinkRefused) only when the directory itself cannot be read; with
-        ``missing_is_empty`` a missing directory is closed and every record of it published
-        removed instead.
-        """
-        full = not name_prefix and not quick
-        began = time.time_ns()  # the same clock as the directory's mtime: both are this host's
-        started = self._clock()
+    # -- the named scans ------------------------------------------------------------------------
+    def unchanged(self, name_prefix: str = "") -> bool:
+        """Whether the directory itself did not change since the last scan of this prefix and that
+        scan applied all it saw (no change held back by its ``gate``): nothing was created,
+        removed or renamed in it since, and atomic writers give new content a new inode through a
+        rename or link, so a *listing* scan (``unchanged()`` or else a scan) misses only liveness
+        (mtimes, judged by full scans) and in-place rewrites (their notification, or a deep scan).
+        The directory's mtime tells only while it is older than the scan that saw it by more than
+        the filesystem's timestamp granularity (:func:`.survey.settled`). Raises OSError (or
+        SymlinkRefused) when the directory cannot be read; False when it does not exist."""
+        known = self._unchanged.get(name_prefix)
+        if known is None:
+            return False
         try:
-            self._refresh(name_prefix, publish, gate, quick, deep, touched, full, began)
+            self.directory.revalidate()
+            with self.directory.use() as dir_fd:
+                return dir_state(dir_fd) == known
+        except (FileNotFoundError, DirectoryClosed):
+            if not self.missing_is_empty:
+                raise
+            return False
+
+    def scan_full(self, *, gate: Gate | None = None, touched: Touched | None = None) -> Changes:
+        """Stat every file; one whose inode and size are unchanged and whose mtime moved is not
+        re-read but taken as a heartbeat and left unverified (the next deep scan reads it).
+        ``touched``: this client's own files; one whose listing shows the inode this client
+        wrote, the one the view holds, is not even stat-ed but taken as alive at ``touched.at``
+        (a file replaced by another writer has another inode; an in-place rewrite keeps it, and
+        waits for its notification or the next deep scan)."""
+        return self._scan("", FULL, gate, touched)
+
+    def scan_deep(self, name_prefix: str = "", *, gate: Gate | None = None) -> Changes:
+        """Stat every file (whose name starts with ``name_prefix``) and re-read each whose version
+        changed or that a full scan left unverified. Every file is stat-ed: a record deleted and
+        written again may get the freed inode back (ext4 reuses it at once)."""
+        return self._scan(name_prefix, DEEP, gate, None)
+
+    def _scan(self, name_prefix: str, depth: str, gate: Gate | None, touched: Touched | None) -> Changes:
+        """A scan (see the named ones): ``gate(name, content)`` (content None for a vanished file)
+        may hold a content change back, for a later scan or notification; heartbeat-only changes
+        always apply. Raises OSError (or SymlinkRefused) only when the directory itself cannot be
+        read; with ``missing_is_empty`` a missing directory is closed and every record of it is
+        Removed instead. A scan far slower than usual restarts every clock (:meth:`_timed`)."""
+        started = self._clock.monotonic()
+        try:
+            return self._scan_directory(name_prefix, depth, gate, touched)
         finally:
-            self._timed(self._clock() - started)
+            self._timed(self._clock.monotonic() - started)
+
+    def _scan_directory(self, name_prefix: str, depth: str, gate: Gate | None, touched: Touched | None) -> Changes:
+        with contextlib.ExitStack() as using:
+            try:
+                began_ns = now_ns()
+                self.directory.revalidate()
+                dir_fd = using.enter_context(self.directory.use())
+                state = dir_state(dir_fd)
+                whole = not name_prefix
+                own = touched.inodes if touched is not None and whole and depth == FULL else None
+                found = survey(dir_fd, name_prefix, self._entries, state=state, began_ns=began_ns, whole=whole, own=own)
+            except (FileNotFoundError, DirectoryClosed):
+                if not self.missing_is_empty:
+                    raise
+                return self._vanished()
+            with self.lock:
+                return self._apply(dir_fd, found, name_prefix, depth != FULL, gate, touched)
+
+    def _apply(
+        self, dir_fd: int, found: Survey, name_prefix: str, deep: bool, gate: Gate | None, touched: Touched | None
+    ) -> Changes:
+        """Apply a survey (the view's lock held)."""
+        held: list[str] = []  # names whose change ``gate`` held back: the view is behind the directory
+        if gate is not None:
+            gate = _noting_held(gate, held)
+        out: Changes | None = [] if self._heard() else None
+        if found.whole:
+            self._track_leftovers(found.leftovers)
+            self._track_foreign(found.foreign)
+        for name, st in found.found.items():
+            if st is not None:
+                self._update(dir_fd, name, st, out, gate, deep=deep)
+        for name in found.unread:
+            self._add(dir_fd, name, out, gate)
+        if found.touched:
+            assert touched is not None  # only its files are in found.touched
+            self._kept_alive(found.touched, touched.at, out)
+        missing = self._entries.keys() - found.found.keys()  # a set operation: no loop in Python
+        for name in [n for n in self._entries if n in missing and n.startswith(name_prefix)] if missing else []:
+            # the listing was taken before the lock: a file a notification applied since is missing from it, yet there
+            if gone(dir_fd, name) and (gate is None or gate(name, None)):
+                self._drop(name, out)
+        if len(self._unchanged) >= MAX_CACHED_LISTS:
+            self._unchanged.clear()
+        # a later change gives the directory another mtime only if this one is settled; and the
+        # view must hold all the listing showed
+        trusted_next = settled(found.began_ns, found.state[1]) and not held
+        self._unchanged[name_prefix] = found.state if trusted_next else None
+        return out or []
+
+    def _heard(self) -> bool:
+        return self._subscribed is None or self._subscribed(self.kind)
 
     def _timed(self, took: float) -> None:
         """A scan took ``took`` seconds: one far slower than usual was stalled by the store (a frozen
@@ -264,113 +305,49 @@ class BucketView:
             return
         self._scan_cost += (took - self._scan_cost) / 8
 
-    def _refresh(
-        self,
-        name_prefix: str,
-        publish: Publish | None,
-        gate: Gate | None,
-        quick: bool,
-        deep: bool,
-        touched: Touched | None,
-        full: bool,
-        began: int,
-    ) -> None:
-        held: list[str] = []  # names whose change ``gate`` held back: the view is behind the directory
-        if gate is not None:
-            gate = _noting_held(gate, held)
-        with contextlib.ExitStack() as using:
-            try:
-                self.directory.revalidate()
-                dir_fd = using.enter_context(self.directory.use())
-                dir_st = os.fstat(dir_fd)
-                state = (dir_st.st_ino, dir_st.st_mtime_ns, dir_st.st_ctime_ns)
-                trusted = quick and self._unchanged.get(name_prefix) == state
-                if trusted:  # nothing created, removed or renamed in it since: its listing is the view's
-                    return
-                own = touched.inodes if touched is not None and full and not deep else None
-                scan = _scan(dir_fd, name_prefix, self._entries, full, own)
-            except (FileNotFoundError, DirectoryClosed):
-                if not self.missing_is_empty:
-                    raise
-                self._vanished(publish)
-                return
-            with self.lock:
-                if full:
-                    self._track_leftovers(scan.leftovers)
-                    self._track_foreign(scan.foreign)
-                saved = self._publish
-                if publish is not None:
-                    self._publish = publish
-                elif self._subscribed is not None and not self._subscribed(self.kind):
-                    self._publish = _unheard
-                try:
-                    for name, st in scan.found.items():
-                        if st is not None:
-                            self._update(dir_fd, name, st, gate, deep=deep)
-                    for name in scan.unread:
-                        self._add(dir_fd, name, gate)
-                    if scan.touched:
-                        assert touched is not None  # only its files are in scan.touched
-                        self._kept_alive(scan.touched, touched.at)
-                    missing = self._entries.keys() - scan.found.keys()  # a set operation: no loop in Python
-                    for name in (
-                        [n for n in self._entries if n in missing and n.startswith(name_prefix)] if missing else []
-                    ):
-                        # the listing was taken before the lock: a file a notification applied since
-                        # is missing from it, yet there
-                        if _gone(dir_fd, name) and (gate is None or gate(name, None)):
-                            self._drop(name)
-                    if len(self._unchanged) >= MAX_CACHED_LISTS:
-                        self._unchanged.clear()
-                    # a later change gives the directory another mtime only if this one is settled; and
-                    # the view must hold all the listing showed
-                    trusted_next = settled(began, dir_st.st_mtime_ns) and not held
-                    self._unchanged[name_prefix] = state if trusted_next else None
-                finally:
-                    self._publish = saved
-
-    def _vanished(self, publish: Publish | None) -> None:
+    def _vanished(self) -> Changes:
         """The directory does not exist (``missing_is_empty``): close it; every record of it is gone."""
         self.directory.close()
+        out: Changes = []
         with self.lock:
-            saved = self._publish
-            self._publish = publish or saved
-            try:
-                for name in list(self._entries):
-                    self._drop(name)
-            finally:
-                self._publish = saved
+            for name in list(self._entries):
+                self._drop(name, out)
             self._leftovers.clear()
             self._foreign.clear()
+        return out if self._heard() else []
 
-    def refresh_name(self, name: str) -> None:
-        """Re-read one file (after a change notification) and publish what changed.
+    def read_name(self, name: str) -> Changes:
+        """Re-read one file (after a change notification) and return what changed.
 
         The file is opened rather than stat-ed: a network mount may answer ``stat`` of a file
         another host deleted from its cache, but opening it asks the server. A file that cannot
         be read now is left to the next scan.
         """
         if name.startswith(".") or not may_be_record(name):
-            return
+            return []
         if self.missing_is_empty and not self.directory.is_open:
-            return  # the directory went away meanwhile: the next scan empties the view
+            return []  # the directory went away meanwhile: the next scan empties the view
+        out: Changes = []
         # read under the lock: a read applied after a scan that saw the file gone would bring it back
         with self.directory.use() as dir_fd, self.lock:
             try:
                 found = read_regular(dir_fd, name, self.max_record_bytes)
             except (OSError, RecordTooLarge) as exc:
                 log.debug("cannot read %s/%s now (the next rescan judges it): %s", self.kind.bucket, name, exc)
-                return
+                return []
             if found is None:
-                self._drop(name)
+                self._drop(name, out)
             else:
-                self._update(dir_fd, name, found[0], raw=found[1])
+                self._update(dir_fd, name, found[0], out, raw=found[1])
+        return out
 
+    # -- applying what is stored under one name (the view's lock held) ----------------------------------
     def _update(
         self,
         dir_fd: int,
         name: str,
         st: os.stat_result | None,
+        out: Changes | None,
         gate: Gate | None = None,
         raw: bytes | None = None,
         *,
@@ -384,124 +361,121 @@ class BucketView:
             if (entry.mtime_ns, entry.ctime_ns) == (st.st_mtime_ns, st.st_ctime_ns) and not (deep and entry.unverified):
                 return
             if not deep and entry.mtime_ns != st.st_mtime_ns:
-                self._heartbeat(entry, st)
+                self._seen_alive(entry, self._clock.monotonic(), out, st)
+                entry.unverified = True
                 return
-        now = self._clock()
+        now = self._clock.monotonic()
         # watchers were told an expired record is gone: what comes now is new to them
         old = entry.valid if entry is not None and not entry.expired else None
         if raw is None:
-            try:
-                found = read_regular(dir_fd, name, self.max_record_bytes)
-            except (OSError, RecordTooLarge) as exc:
-                if st is None:
-                    st = stat_entry(dir_fd, name)
-                if st is not None:
-                    self._note_unread(name, entry, st, now, old, exc)
-                return
-            if found is None:  # vanished since the listing, or no longer a regular file
-                if gate is None or gate(name, None):  # a notification may still deliver it
-                    self._drop(name)
+            found = self._read(dir_fd, name, st, entry, old, gate, out)
+            if found is None:
                 return
             st, raw = found
         assert st is not None  # bytes read come with their fstat
-        version = (st.st_ino, st.st_size, st.st_mtime_ns)
-        seen_at = entry.seen_at if entry is not None and entry.mtime_ns == st.st_mtime_ns else now
         content = digest(raw)
         if entry is not None and content == entry.content:
-            if seen_at != entry.seen_at and entry.due < now - self.dead_after:
-                self._changes += 1  # dead by the clock, alive again
-            self._moved(entry, st.st_mtime_ns)
-            entry.ino, entry.size, entry.mtime_ns, entry.seen_at = *version, seen_at
-            entry.ctime_ns = st.st_ctime_ns
-            entry.unverified = False
-            if entry.expired and seen_at == now:  # its mtime moves again: alive after all
-                entry.expired = False
-                self._changes += 1
-                if entry.valid is not None:
-                    self._publish(Added(entry.valid), entry.valid)
+            if entry.mtime_ns != st.st_mtime_ns:
+                self._seen_alive(entry, now, out, st)
+            entry.ino, entry.size, entry.ctime_ns, entry.unverified = st.st_ino, st.st_size, st.st_ctime_ns, False
             return
         if gate is not None and not gate(name, content):
             return
-        new_entry = Entry(*version, seen_at, content, old, read_at=now, ctime_ns=st.st_ctime_ns, slack=self._new_slack)
+        seen_at = entry.seen_at if entry is not None and entry.mtime_ns == st.st_mtime_ns else now
         self.moved_at = now  # a new content: someone writes to the store
-        self._entries[name] = new_entry
-        self._changes += 1
-        try:  # the name was checked when the last valid identity was read under it
-            instance = record_from(raw, self.kind, name, known=old.id() if old is not None else None)
-        except ValidationError as exc:
-            new_entry.problem = str(exc)  # reported by warn_pending(), once it has settled
-            self._unwarned.add(name)
-            return
-        valid, events, change = apply(old, instance)
-        new_entry.valid = valid
-        if change is Change.REJECTED:
-            log.warning("ignoring a change of model card %s whose taints cannot be read", name)
-        for event in events:
-            self._publish(event, valid)
+        self._store(name, Entry(st.st_ino, st.st_size, st.st_mtime_ns, seen_at, content, old), st, raw, now, out)
 
-    def _add(self, dir_fd: int, name: str, gate: Gate | None) -> None:
+    def _add(self, dir_fd: int, name: str, out: Changes | None, gate: Gate | None) -> None:
         """:meth:`_update` of a name the view holds no entry for (every file of a first scan):
         the same rules, in fewer steps. A record found is Added; no old value can reject it."""
         if name in self._entries:  # a notification applied it since the listing
-            self._update(dir_fd, name, None, gate)
+            self._update(dir_fd, name, None, out, gate)
             return
-        try:
-            found = read_regular(dir_fd, name, self.max_record_bytes)
-        except (OSError, RecordTooLarge) as exc:
-            st = stat_entry(dir_fd, name)
-            if st is not None:
-                self._note_unread(name, None, st, self._clock(), None, exc)
-            return
-        if found is None:  # vanished, or no longer a regular file
+        found = self._read(dir_fd, name, None, None, None, None, out)
+        if found is None:  # unreadable (noted), vanished, or no longer a regular file
             return
         st, raw = found
         content = digest(raw)
         if gate is not None and not gate(name, content):
             return
-        now = self._clock()
-        entry = Entry(st.st_ino, st.st_size, st.st_mtime_ns, now, content, None, read_at=now, ctime_ns=st.st_ctime_ns)
-        entry.slack = self._new_slack
+        now = self._clock.monotonic()
+        self._store(name, Entry(st.st_ino, st.st_size, st.st_mtime_ns, now, content, None), st, raw, now, out)
+
+    def _read(
+        self,
+        dir_fd: int,
+        name: str,
+        st: os.stat_result | None,
+        entry: Entry | None,
+        old: DiscoveryInstance | None,
+        gate: Gate | None,
+        out: Changes | None,
+    ) -> tuple[os.stat_result, bytes] | None:
+        """The file's stat and bytes; None when it cannot be read (noted as such) or is gone (then
+        dropped, unless ``gate`` holds that back: a notification may still deliver it)."""
+        try:
+            found = read_regular(dir_fd, name, self.max_record_bytes)
+        except (OSError, RecordTooLarge) as exc:
+            if st is None:
+                st = stat_entry(dir_fd, name)
+            if st is not None:
+                self._note_unread(name, entry, st, old, exc, out)
+            return None
+        if found is None and (gate is None or gate(name, None)):  # vanished, or no longer a regular file
+            self._drop(name, out)
+        return found
+
+    def _store(self, name: str, entry: Entry, st: os.stat_result, raw: bytes, now: float, out: Changes | None) -> None:
+        """Keep ``entry``, a new content under ``name`` (its ``valid`` the old value, if any), and
+        note what it changes: a record Added or changed, or a content that is not served."""
+        entry.read_at, entry.ctime_ns, entry.slack = now, st.st_ctime_ns, self._new_slack
+        old = entry.valid
         self._entries[name] = entry
         self._changes += 1
-        try:
-            instance = record_from(raw, self.kind, name)
+        try:  # the name was checked when the last valid identity was read under it
+            instance = record_from(raw, self.kind, name, known=old.id() if old is not None else None)
         except ValidationError as exc:
             entry.problem = str(exc)  # reported by warn_pending(), once it has settled
             self._unwarned.add(name)
             return
-        entry.valid = instance
-        if self._publish is not _unheard:  # a first scan nobody listens to builds no events
-            self._publish(Added(instance), instance)
+        if old is None:  # the usual case (a first scan): no old value can reject it
+            entry.valid = instance
+            if out is not None:
+                out.append((Added(instance), instance))
+            return
+        valid, events, change = apply(old, instance)
+        entry.valid = valid
+        if change is Change.REJECTED:
+            log.warning("ignoring a change of model card %s whose taints cannot be read", name)
+        if out is not None:
+            out.extend((event, valid) for event in events)
 
-    def _heartbeat(self, entry: Entry, st: os.stat_result) -> None:
-        """A shallow scan saw the mtime of an unchanged inode and size move: alive now, content
-        taken as unchanged until a deep scan (or a notification) reads it."""
-        now = self._clock()
-        self._moved(entry, st.st_mtime_ns)
-        entry.mtime_ns, entry.ctime_ns, entry.unverified = st.st_mtime_ns, st.st_ctime_ns, True
-        self._seen_alive(entry, now, now - self.dead_after)
-
-    def _kept_alive(self, names: list[str], touched_at: float) -> None:
+    def _kept_alive(self, names: list[str], touched_at: float, out: Changes | None) -> None:
         """This client's heartbeat touched these files of its own after ``touched_at``: alive then
         (their mtime and content, unchanged as far as the listing shows, are not looked at)."""
-        alive_since = self._clock() - self.dead_after
         for name in names:
             entry = self._entries.get(name)
             if entry is not None and entry.seen_at < touched_at:
-                self._seen_alive(entry, touched_at, alive_since)
+                self._seen_alive(entry, touched_at, out)
 
-    def _seen_alive(self, entry: Entry, seen_at: float, alive_since: float) -> None:
-        """``entry``'s file was last known alive at ``seen_at``. If that is after ``alive_since``,
-        an entry dead by the clock is alive again (a change) and an expired one is published
-        Added again: its mtime moves after all."""
+    def _seen_alive(self, entry: Entry, seen_at: float, out: Changes | None, st: os.stat_result | None = None) -> None:
+        """The one place that decides "alive again": ``entry``'s file was known alive at
+        ``seen_at`` (its mtime moved: ``st`` is its new stat, when it was seen). If that is within
+        ``dead_after`` of now, an entry dead by the clock is alive again (a change) and an
+        expired one is Added again: its mtime moves after all."""
+        alive_since = self._clock.monotonic() - self.dead_after
+        was_dead = entry.due < alive_since
+        if st is not None:
+            self._moved(entry, st.st_mtime_ns)
+            entry.mtime_ns, entry.ctime_ns = st.st_mtime_ns, st.st_ctime_ns
         if seen_at + entry.slack >= alive_since:
-            if entry.due < alive_since:
-                self._changes += 1  # dead by the clock, alive again
+            if was_dead:
+                self._changes += 1
             if entry.expired:
                 entry.expired = False
                 self._changes += 1
-                if entry.valid is not None:
-                    self._publish(Added(entry.valid), entry.valid)
+                if entry.valid is not None and out is not None:
+                    out.append((Added(entry.valid), entry.valid))
         entry.seen_at = seen_at
 
     def _note_unread(
@@ -509,34 +483,24 @@ class BucketView:
         name: str,
         entry: Entry | None,
         st: os.stat_result,
-        now: float,
         old: DiscoveryInstance | None,
         exc: Exception,
+        out: Changes | None,
     ) -> None:
         """A file that could not be read: kept as an entry of this version (not read again until
         it changes, swept when dead, warned about once), with the last valid value of its name."""
         problem = unread_reason(exc)
-        seen_at = entry.seen_at if entry is not None and entry.mtime_ns == st.st_mtime_ns else now
+        now = self._clock.monotonic()
         if entry is not None and entry.problem == problem and (entry.ino, entry.size) == (st.st_ino, st.st_size):
-            if seen_at != entry.seen_at and entry.due < now - self.dead_after:
-                self._changes += 1  # dead by the clock, alive again
-            self._moved(entry, st.st_mtime_ns)
-            entry.mtime_ns, entry.ctime_ns, entry.seen_at = st.st_mtime_ns, st.st_ctime_ns, seen_at  # a heartbeat
+            if entry.mtime_ns != st.st_mtime_ns:  # a heartbeat
+                self._seen_alive(entry, now, out, st)
             entry.unverified = False
             return
+        seen_at = entry.seen_at if entry is not None and entry.mtime_ns == st.st_mtime_ns else now
         self._changes += 1
-        self._entries[name] = Entry(
-            st.st_ino,
-            st.st_size,
-            st.st_mtime_ns,
-            seen_at,
-            None,
-            old,
-            read_at=now,
-            problem=problem,
-            slack=self._new_slack,
-            ctime_ns=st.st_ctime_ns,
-        )
+        unread = Entry(st.st_ino, st.st_size, st.st_mtime_ns, seen_at, None, old, read_at=now, problem=problem)
+        unread.ctime_ns, unread.slack = st.st_ctime_ns, self._new_slack
+        self._entries[name] = unread
         self._unwarned.add(name)
 
     def warn_pending(self) -> None:
@@ -547,7 +511,7 @@ class BucketView:
         within a network mount's cache window a replaced file may be read cut to its cached size,
         so content is judged only once it has stood that long.
         """
-        now = self._clock()
+        now = self._clock.monotonic()
         with self.lock:
             for name in list(self._unwarned):
                 entry = self._entries.get(name)
@@ -558,29 +522,31 @@ class BucketView:
                     entry.warned = True
                     log.warning("skipping the file %s in %s: %s", name, self.directory.path, entry.problem)
 
-    def expire(self, name: str) -> None:
-        """A dead record that stays in the directory (it could not be deleted): publish Removed
-        once; a heartbeat that moves its mtime again brings it back with Added."""
+    def expire(self, name: str) -> Changes:
+        """A dead record that stays in the directory (it could not be deleted): Removed once; a
+        heartbeat that moves its mtime again brings it back with Added."""
         with self.lock:
             entry = self._entries.get(name)
             if entry is None or entry.expired:
-                return
+                return []
             entry.expired = True
             self._changes += 1
-            if entry.valid is not None:
-                self._publish(Removed(entry.valid.id()), None)
+            if entry.valid is None or not self._heard():
+                return []
+            return [(Removed(entry.valid.id()), None)]
 
-    def _drop(self, name: str) -> None:
+    def _drop(self, name: str, out: Changes | None) -> None:
         entry = self._entries.pop(name, None)
-        if entry is not None:
-            self._changes += 1
-        if entry is not None and entry.valid is not None and not entry.expired:
-            self._publish(Removed(entry.valid.id()), None)
+        if entry is None:
+            return
+        self._changes += 1
+        if entry.valid is not None and not entry.expired and out is not None:
+            out.append((Removed(entry.valid.id()), None))
 
     # -- state --------------------------------------------------------------------------------------
     def valid(self, name_prefix: str = "", *, skip: frozenset[str] = frozenset()) -> list[DiscoveryInstance]:
         """Live valid records (dead ones excluded) whose names start with ``name_prefix``."""
-        alive_since = self._alive_since(self._clock())
+        alive_since = self._alive_since(self._clock.monotonic())
         with self.lock:
             return [
                 e.valid
@@ -602,7 +568,7 @@ class BucketView:
         (see ``_changes``), and no record it holds dead by the clock yet. Refreshing the view
         (reading the directory) is the caller's: this reads none of it.
         """
-        now = self._clock()
+        now = self._clock.monotonic()
         key = (name_prefix, skip, query)
         with self.lock:
             kept = self._listed.get(key)
@@ -633,7 +599,7 @@ class BucketView:
     def dead(self, owned: frozenset[str]) -> list[tuple[str, Entry]]:
         """Files with a record name whose mtime has not moved for ``dead_after`` on this reader's
         clock (owned ones excluded), then leftover files (see ``LEFTOVER_PREFIXES``) as still as that."""
-        alive_since = self._alive_since(self._clock())
+        alive_since = self._alive_since(self._clock.monotonic())
         with self.lock:
             records = [(n, e) for n, e in self._entries.items() if n not in owned and e.seen_at + e.slack < alive_since]
             return records + [(n, e) for n, e in self._leftovers.items() if e.seen_at + e.slack < alive_since]
@@ -647,7 +613,7 @@ class BucketView:
         """``entry``'s mtime is now ``mtime_ns``: the step is evidence of its writer's heartbeat."""
         step = mtime_ns - entry.mtime_ns
         if step:
-            self.moved_at = self._clock()
+            self.moved_at = self._clock.monotonic()
         if self._patience is not None and step > 0 and (entry.beat_ns == 0 or step < entry.beat_ns):
             entry.beat_ns = step
             entry.slack = self._patience.slack(step)
@@ -679,7 +645,7 @@ class BucketView:
     def restart_clocks(self) -> None:
         """Count every record's and leftover's stillness from now: what this reader saw before may
         be as old as the stall (the mtimes it read could not move meanwhile)."""
-        now = self._clock()
+        now = self._clock.monotonic()
         with self.lock:
             for entry in (*self._entries.values(), *self._leftovers.values()):
                 entry.seen_at = max(entry.seen_at, now)
@@ -707,7 +673,7 @@ class BucketView:
             self._leftovers.pop(name, None)
 
     def _track_leftovers(self, found: dict[str, os.stat_result]) -> None:
-        now = self._clock()
+        now = self._clock.monotonic()
         tracked = {}
         for name, st in found.items():
             entry = self._leftovers.get(name)
@@ -750,69 +716,5 @@ def _noting_held(gate: Gate, held: list[str]) -> Gate:
     return noting
 
 
-def _unheard(event: DiscoveryEvent, instance: DiscoveryInstance | None) -> None:
-    """The publisher of a scan nobody subscribed to."""
-
-
 def _identity_path(instance: DiscoveryInstance) -> str:
     return instance.id().to_path()
-
-
-def _gone(dir_fd: int, name: str) -> bool:
-    """No regular file under ``name`` now (opened, so a network mount asks its server)."""
-    try:
-        return stat_regular(dir_fd, name) is None
-    except OSError:  # there, though this reader may not open it
-        return False
-
-
-def _scan(
-    dir_fd: int,
-    name_prefix: str,
-    known: dict[str, Entry],
-    full: bool,
-    own: Mapping[str, int] | None = None,
-) -> _Scan:
-    """Regular files with record names (and the prefix) in the directory. Known ones come with
-    their stat; new ones are listed in ``unread`` (opening them tells all a stat would). ``own``:
-    this client's files (name -> the inode it wrote); one whose listing and view show that inode
-    is listed in ``touched`` instead of being stat-ed. A ``full`` scan also collects leftover
-    files and foreign entries."""
-    scan = _Scan({}, [], {}, {}, [])
-    with listing(dir_fd) as entries:
-        for entry in entries:
-            name = entry.name
-            cached = known.get(name)
-            if cached is not None:  # a record name already, and no dot file
-                candidate = not name_prefix or name.startswith(name_prefix)
-                if own is not None and candidate and own.get(name) == cached.ino == entry.inode():
-                    scan.found[name] = None
-                    scan.touched.append(name)
-                    continue
-            else:
-                candidate = name.startswith(name_prefix) and not name.startswith(".") and may_be_record(name)
-                # the type the listing gives costs no system call (DT_UNKNOWN falls back to lstat)
-                with contextlib.suppress(OSError):
-                    if candidate and entry.is_file(follow_symlinks=False):
-                        scan.found[name] = None
-                        scan.unread.append(name)
-                        continue
-            if not candidate and not full:
-                continue
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-            except OSError:  # judged again by the next scan; what the view knows stays
-                if candidate:
-                    scan.found[name] = None
-                continue
-            if candidate and stat.S_ISREG(st.st_mode):
-                scan.found[name] = st
-            elif full:
-                problem = describe_entry(name, st)
-                if problem is None and name.startswith("."):
-                    scan.leftovers[name] = st
-                elif problem is not None:
-                    scan.foreign[name] = problem
-    return scan

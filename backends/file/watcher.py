@@ -13,6 +13,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 
 from watchdog.events import (
@@ -26,8 +27,11 @@ from watchdog.events import (
 )
 from watchdog.observers.api import BaseObserver
 
-from discovery_sync.errors import ValidationError
+from discovery_sync.errors import BackendUnavailable, DiscoveryError, ValidationError
+from discovery_sync.identity import RecordKind
 from discovery_sync.threads import guarded
+
+from .directory import StoreDirectory
 
 log = logging.getLogger("discovery_sync.backends.file")
 
@@ -165,3 +169,91 @@ class DirectoryNotifier:
         if observer is not None:
             observer.stop()
             observer.join(5.0)
+
+
+class StoreWatcher:
+    """The notifier of one client's store: which buckets it watches. Started with the first watch
+    (:meth:`ensure`) on every bucket; a read-only client watches the buckets that exist and
+    :meth:`follow`-s them as they appear or go away. ``on_name(kind, name)``: a file of a bucket
+    changed; ``on_error``: a notification could not be handled (the next rescan repairs it)."""
+
+    def __init__(
+        self,
+        notifier: DirectoryNotifier,
+        root: Path,
+        buckets: Mapping[RecordKind, StoreDirectory],
+        on_name: Callable[[RecordKind, str], None],
+        on_error: Callable[[BaseException], None],
+        *,
+        read_only: bool,
+    ) -> None:
+        self.notifier = notifier
+        self.root = root
+        self._buckets = buckets
+        self._on_name = on_name
+        self._on_error = on_error
+        self._read_only = read_only
+        self._lock = threading.Lock()
+        self._watched: frozenset[RecordKind] = frozenset()
+
+    def ensure(self) -> None:
+        """Start the notifier, unless it runs."""
+        with self._lock:
+            if not self.notifier.started:
+                self._start(self._present() if self._read_only else frozenset(self._buckets))
+
+    def restart_if_dead(self) -> bool:
+        """Restart a notifier that stopped (True: restarted; what it did not deliver meanwhile is
+        the caller's to rescan)."""
+        if not self.notifier.started or self.notifier.is_alive():
+            return False
+        log.warning("the file-store observer stopped; restarting it and resynchronising")
+        self.notifier.stop()
+        self.ensure()
+        return True
+
+    def follow(self) -> bool:
+        """Read-only clients, every rescan: watch the buckets that exist now. True when buckets
+        appeared or went away and the notifier was restarted on the new set: the caller rescans
+        every bucket at once, publishing what it finds as ordinary events (Added, Removed), so
+        records written before the watch on a new bucket began reach the watches, no Resync."""
+        with self._lock:
+            if not self.notifier.started:
+                return False  # nothing watches: list() and get() look for themselves
+            present = self._present()
+            if present == self._watched:
+                return False
+            log.info(
+                "the read-only client of %s now watches %s",
+                self.root,
+                ", ".join(sorted(kind.bucket for kind in present)) or "no bucket (none exists)",
+            )
+            self.notifier.stop()
+            self._start(present)
+            return True
+
+    def _start(self, kinds: frozenset[RecordKind]) -> None:
+        """Start the notifier on the buckets of ``kinds`` (with the lock held)."""
+        callbacks = {self._buckets[kind].path: partial(self._on_name, kind) for kind in kinds}
+        try:
+            self.notifier.start(callbacks, self._on_error)
+        except OSError as exc:
+            raise BackendUnavailable(f"cannot watch the file store at {self.root}: {exc}") from exc
+        self._watched = kinds
+
+    def _present(self) -> frozenset[RecordKind]:
+        """Read-only clients: the buckets that exist now (opened; a missing one is closed). A
+        bucket that cannot be judged now (unreadable, a symlink) keeps its place: the scan of it
+        reports the problem."""
+        present = set(self._watched)
+        for kind, directory in self._buckets.items():
+            try:
+                directory.revalidate()
+            except FileNotFoundError:
+                directory.close()
+                present.discard(kind)
+            except (OSError, DiscoveryError):
+                continue
+            else:
+                present.add(kind)
+        return frozenset(present)

@@ -4,7 +4,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from discovery_sync.backends.file.view import BucketView
+from discovery_sync.backends.file.backend import FileDiscovery
 
 from tests.file.disks import disk  # noqa: F401  (a fixture of this package's tests)
 from tests.helpers import LogCatcher, caught_logs
@@ -24,4 +24,4 @@ def warnings() -> Iterator[LogCatcher]:
 @pytest.fixture
 def deaf(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every notification is lost: only rescans can see changes."""
-    monkeypatch.setattr(BucketView, "refresh_name", lambda self, name: None)
+    monkeypatch.setattr(FileDiscovery, "_notified", lambda self, kind, name: None)

@@ -3,8 +3,8 @@
 With inotify, rescans between two full scans compare only the directory listing (names and
 inodes), full scans (every ``dead_after / 2`` by default) stat every file for liveness, and only
 every ``DEEP_EVERY``-th full scan re-reads files whose mtime alone moved. Lost notifications are
-simulated by making the view ignore them (``BucketView.refresh_name`` replaced before the watch
-starts the notifier).
+simulated by making the client ignore them (``FileDiscovery._notified`` replaced before the
+client starts).
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import pytest
 from discovery_sync.backends.file import backend as file_backend
 from discovery_sync.backends.file import missed
 from discovery_sync.backends.file import view as file_view
-from discovery_sync.backends.file.backend import FULL, LISTING
+from discovery_sync.backends.file import rescan as file_rescan
+from discovery_sync.backends.file.view import FULL, LISTING
 from discovery_sync.backends.file.names import record_name
 from discovery_sync.backends.file.view import BucketView
 
@@ -140,9 +141,9 @@ def test_a_missed_in_place_rewrite_is_repaired_by_a_deep_scan(store, reads):
             time.sleep(missed.NOTICE_GRACE + 0.1)
             # what the rescan thread runs next: deep, whatever its schedule, as a change is pending;
             # the first after the grace finds it due, the second publishes it
-            client._scheduled_rescan()
+            client._rescans.scheduled()
             assert_quiet(watch, 0)
-            client._scheduled_rescan()
+            client._rescans.scheduled()
             assert next_event(watch) == ds.Added(changed)
             assert next_event(watch) == ds.Resync((changed,))
 
@@ -164,7 +165,7 @@ def test_full_scans_read_no_file_whose_mtime_alone_moved_and_deep_ones_read_each
 
 
 def test_the_rescan_thread_re_reads_a_heartbeated_file_only_in_every_few_full_scans(store, reads, monkeypatch):
-    monkeypatch.setattr(file_backend, "DEEP_EVERY", 3)
+    monkeypatch.setattr(file_rescan, "DEEP_EVERY", 3)
     # ttl 1: rescans every 1/3 s, full scans every 0.5 s, deep ones every 1.5 s
     with connect(store, ttl=1) as client:
         _, path = hand_written(store, "beating", 3)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from discovery_sync.backends.file import view as file_view
-from discovery_sync.backends.file.backend import LISTING
+from discovery_sync.backends.file.view import LISTING
 
 import discovery_sync as ds
 from tests.file.junk import hand_written
@@ -138,13 +138,13 @@ def test_a_record_whose_mtime_stops_leaves_the_list_and_comes_back_with_a_heartb
 
 def test_list_does_not_even_list_a_settled_bucket_that_did_not_change(store, reader, monkeypatch):
     listings: list[str] = []
-    real = file_view._scan
+    real = file_view.survey
 
-    def counting(dir_fd: int, name_prefix: str, *args: object) -> object:
+    def counting(dir_fd: int, name_prefix: str, *args: object, **kwargs: object) -> object:
         listings.append(name_prefix)
-        return real(dir_fd, name_prefix, *args)
+        return real(dir_fd, name_prefix, *args, **kwargs)
 
-    monkeypatch.setattr(file_view, "_scan", counting)
+    monkeypatch.setattr(file_view, "survey", counting)
     one, _ = hand_written(store, "one", 6)
     settle(bucket(store))
     assert reader.list(ds.Query.endpoints()) == [one]

@@ -15,6 +15,7 @@ import pytest
 from discovery_sync.backends.file.directory import StoreDirectory
 from discovery_sync.backends.file.liveness import Patience, heartbeat_interval
 from discovery_sync.backends.file.view import BucketView
+from discovery_sync.testing import ManualClock
 
 import discovery_sync as ds
 from tests.file.junk import hand_written
@@ -22,12 +23,25 @@ from tests.file.junk import hand_written
 NS = 1_000_000_000
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
+class Clock(ManualClock):
+    """A manual clock whose ``now`` a test sets."""
 
-    def __call__(self) -> float:
-        return self.now
+    @property
+    def now(self) -> float:
+        return self.monotonic()
+
+    @now.setter
+    def now(self, value: float) -> None:
+        self.advance(value - self.monotonic())
+
+
+class RecordingView(BucketView):
+    """A view whose scans keep the events they return (as a client would publish them)."""
+
+    events: list[ds.DiscoveryEvent]
+
+    def refresh(self) -> None:
+        self.events.extend(event for event, _ in self.scan_deep())
 
 
 @pytest.fixture
@@ -43,10 +57,11 @@ def bucket(store: Path) -> Iterator[StoreDirectory]:
     directory.close()
 
 
-def reader(bucket: StoreDirectory, clock: Clock, ttl: float, events: list | None = None) -> BucketView:
+def reader(bucket: StoreDirectory, clock: Clock, ttl: float, events: list | None = None) -> RecordingView:
     patience = Patience(ttl) if Patience.needed(ttl) else None
-    publish = (lambda e, i: events.append(e)) if events is not None else (lambda e, i: None)
-    return BucketView(ds.RecordKind.ENDPOINT, bucket, ttl, publish, clock=clock, patience=patience)
+    view = RecordingView(ds.RecordKind.ENDPOINT, bucket, ttl, clock=clock, patience=patience)
+    view.events = events if events is not None else []
+    return view
 
 
 class Writer:
@@ -172,13 +187,13 @@ def test_a_scan_that_stalls_restarts_every_clock(store, bucket, clock, monkeypat
     view.refresh()
     for _ in range(10):
         view.refresh()  # the usual cost of a scan: no time at all on this clock
-    stalled = view._refresh
+    stalled = view._scan_directory
 
-    def frozen_mount(*args: object) -> None:  # the scan's system calls wait 30 s for the store
+    def frozen_mount(*args: object) -> list:  # the scan's system calls wait 30 s for the store
         clock.now += 30.0
-        stalled(*args)
+        return stalled(*args)
 
-    monkeypatch.setattr(view, "_refresh", frozen_mount)
+    monkeypatch.setattr(view, "_scan_directory", frozen_mount)
     view.refresh()
     assert alive(view)  # what the stalled scan read is as old as its start: a full TTL from now
     clock.now += 9.9

@@ -17,6 +17,7 @@ import pytest
 from discovery_sync.backends.file import locks, missed
 from discovery_sync.backends.file import view as file_view
 from discovery_sync.backends.file.view import BucketView
+from discovery_sync.testing import ManualClock
 
 import discovery_sync as ds
 from tests.file.junk import hand_written
@@ -201,34 +202,36 @@ def test_unreadable_content_is_reported_once_it_has_stood_for_the_cache_window(s
     what cannot be parsed is reported only when it is still there one window later."""
     from discovery_sync.backends.file.directory import StoreDirectory
 
-    now = [100.0]
-    events = []
+    clock = ManualClock(start=100.0)
+    events: list[ds.DiscoveryEvent] = []
     bucket = StoreDirectory(store, "v1/instances")
     bucket.open(create=True)
-    view = BucketView(
-        ds.RecordKind.ENDPOINT, bucket, 10.0, lambda e, i: events.append(e), settle=5.0, clock=lambda: now[0]
-    )
+    view = BucketView(ds.RecordKind.ENDPOINT, bucket, 10.0, settle=5.0, clock=clock)
+
+    def refresh() -> None:
+        events.extend(event for event, _ in view.scan_deep())
+
     record, path = hand_written(store, "replaced", 4)
-    view.refresh()
+    refresh()
     assert events == [ds.Added(record)]
     path.write_bytes(ds.instance_to_json(record)[:20])  # as a read cut to a stale size sees it
-    view.refresh()
+    refresh()
     view.warn_pending()
-    now[0] += 4.9
+    clock.advance(4.9)
     view.warn_pending()
     assert warnings.messages == []
     newer = ds.Endpoint("ns", "backend", "replaced", 4, ds.Transport.tcp("127.0.0.1:2"))
     path.write_bytes(ds.instance_to_json(newer))  # the whole content, once the cache expired
-    view.refresh()
-    now[0] += 10
+    refresh()
+    clock.advance(10)
     view.warn_pending()
     assert warnings.messages == []  # the cut read never stood for the window
     assert events == [ds.Added(record), ds.Added(newer)]  # a replaced endpoint
     path.write_bytes(b"{not json")  # really unreadable
-    view.refresh()
+    refresh()
     view.warn_pending()
     assert warnings.messages == []
-    now[0] += 5
+    clock.advance(5)
     view.warn_pending()
     view.warn_pending()
     assert len(warnings.messages) == 1 and "replaced" in warnings.messages[0]

@@ -1,0 +1,124 @@
+"""This client's record files: writing, adopting and deleting them, and knowing which are still its own.
+
+Each record this client wrote (or adopted) is remembered with the inode it wrote: the name under
+another inode means another writer replaced the file. A stranger's replacement (another user's
+file, junk, a copy) is written back over, and said so; a successor's in a failover cohort is not
+(:mod:`.cohort` tells them apart before :meth:`OwnFiles.restore` is called).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from discovery_sync.errors import BackendUnavailable, ValidationError
+from discovery_sync.identity import DiscoveryInstanceId, RecordKind
+from discovery_sync.model import DiscoveryInstance, instance_to_json
+
+from .directory import StoreDirectory
+from .liveness import OwnedNames
+from .names import describe_entry
+from .oserrors import storage_error
+from .view import BucketView, Touched
+from .wire import RecordTooLarge, read_file, remove_record, stat_entry, write_record
+
+log = logging.getLogger("discovery_sync.backends.file")
+
+
+class OwnFiles:
+    """The files of one client's records. ``written`` maps each to the inode this client wrote."""
+
+    def __init__(self, buckets: Mapping[RecordKind, StoreDirectory], names: OwnedNames, max_record_bytes: int) -> None:
+        self.buckets = buckets
+        self.names = names
+        self.max_record_bytes = max_record_bytes
+        self.written: dict[DiscoveryInstanceId, int] = {}
+        self._replaced_warned: set[tuple[DiscoveryInstanceId, int]] = set()
+
+    def write(self, instance: DiscoveryInstance, *, create_only: bool) -> bool:
+        """Write ``instance`` to its file; False when ``create_only`` and the file exists."""
+        instance_id = instance.id()
+        name = self.names(instance_id)
+        data = instance_to_json(instance)
+        if len(data) > self.max_record_bytes:
+            raise ValidationError(
+                f"{instance.kind.value} {instance_id.to_path()} is {len(data)} bytes as JSON, more than "
+                f"max_record_bytes={self.max_record_bytes}: readers would skip it; store less in it"
+            )
+        directory = self.buckets[instance.kind]
+        try:
+            with directory.use() as dir_fd:
+                inode = write_record(dir_fd, name, data, create_only=create_only)
+        except OSError as exc:
+            raise storage_error(exc, f"cannot write {directory.path / name}") from exc
+        if inode is None:
+            return False
+        self.written[instance_id] = inode
+        return True
+
+    def adopt(self, instance_id: DiscoveryInstanceId) -> None:
+        """Take the file now stored under ``instance_id`` as this client's (create-if-absent kept it)."""
+        with self.buckets[instance_id.kind].use() as dir_fd:
+            st = stat_entry(dir_fd, self.names(instance_id))
+        if st is not None:
+            self.written[instance_id] = st.st_ino
+
+    def unlink(self, instance_id: DiscoveryInstanceId) -> None:
+        self.written.pop(instance_id, None)
+        try:
+            with self.buckets[instance_id.kind].use() as dir_fd:
+                remove_record(dir_fd, self.names(instance_id))
+        except OSError as exc:
+            raise storage_error(exc, f"cannot delete {instance_id.to_path()}") from exc
+
+    def touched(self, owned: Mapping[DiscoveryInstanceId, str], beaten_at: float | None) -> Touched | None:
+        """This client's files of one bucket as its heartbeat keeps them (``owned``: id -> name), for
+        a full scan that need not stat them; None before the heartbeat's first completed beat."""
+        if beaten_at is None or not owned:
+            return None
+        written = self.written  # changed by API calls meanwhile: one get() per record
+        return Touched({name: inode for i, name in owned.items() if (inode := written.get(i)) is not None}, beaten_at)
+
+    def replaced(self, view: BucketView, owned: Mapping[DiscoveryInstanceId, str]) -> list[DiscoveryInstanceId]:
+        """This client's records (``owned``: id -> name) whose file the view's last scan showed
+        replaced by another writer: another inode, or no regular file at all (a FIFO or symlink
+        in its place, or gone)."""
+        if not owned:
+            return []
+        inodes = view.inodes()
+        written = self.written
+        return [i for i, name in owned.items() if (inode := written.get(i)) is not None and inodes.get(name) != inode]
+
+    def restore(self, instance: DiscoveryInstance) -> None:
+        """Write back this client's record that a stranger replaced (see :meth:`replaced`)."""
+        instance_id = instance.id()
+        name = self.names(instance_id)
+        directory = self.buckets[instance_id.kind]
+        with directory.use() as dir_fd:
+            st = stat_entry(dir_fd, name)
+            if st is None or st.st_ino == self.written.get(instance_id):
+                return  # gone (the heartbeat writes it again) or ours after all
+            try:
+                same = read_file(dir_fd, name, self.max_record_bytes) == instance_to_json(instance)
+            except (OSError, RecordTooLarge):
+                same = False
+            if same:  # the same bytes under a new inode (a copy put back): ours all the same
+                self.written[instance_id] = st.st_ino
+                return
+        what = f"{describe_entry(name, st) or 'a file'} of uid {st.st_uid}"
+        try:
+            self.write(instance, create_only=False)
+        except BackendUnavailable as exc:
+            if (instance_id, st.st_ino) not in self._replaced_warned:
+                self._replaced_warned.add((instance_id, st.st_ino))
+                log.error(
+                    "record %s of this client was replaced by %s and cannot be written back (%s): "
+                    "readers no longer see this client's record",
+                    directory.path / name,
+                    what,
+                    exc.__cause__ or exc,
+                )
+            return
+        log.warning(
+            "record %s of this client was replaced by another writer (%s); wrote it back", directory.path / name, what
+        )
