@@ -39,8 +39,9 @@ from .errors import BackendUnavailable, ClientClosed, ConflictError, InstanceRep
 from .identity import DiscoveryInstanceId, EndpointInstanceId
 from .model import DiscoveryInstance, Endpoint, stored_form
 from .queries import Query
+from .retry import Retry
 from .specs import EndpointSpec
-from .threads import Backoff, log_retry, start_thread
+from .threads import log_retry, start_thread
 
 if TYPE_CHECKING:
     from .discovery import Discovery
@@ -258,7 +259,7 @@ class EndpointLeases:
         """Unregister the leases' registration after its last release, retrying with backoff
         until it is gone, a lease takes it again (``revivals`` changes) or the client shuts down
         (it removes its records itself). The slot lock is held during each attempt only."""
-        backoff = Backoff(RETRY_START, RETRY_MAXIMUM)
+        retry = Retry(RETRY_START, RETRY_MAXIMUM)  # delays only: waits are on _changed, which a lease wakes
         while True:
             with slot.lock:
                 if slot.registration is not registration or registration.revivals != revivals:
@@ -278,7 +279,7 @@ class EndpointLeases:
                             self._retired.add(endpoint_id)
                     return
                 registration.release_failure = outcome
-                delay = backoff.next()
+                delay = retry.next_delay()
                 log_retry(f"releasing the endpoint registration {endpoint_id.to_path()}", outcome, delay)
             with self._changed:
                 self._changed.wait_for(lambda: self.cancelled.is_set() or registration.revivals != revivals, delay)

@@ -21,11 +21,11 @@ import abc
 import logging
 import re
 import threading
-import time
 from collections.abc import Callable
 from types import TracebackType
 from typing import TypeVar
 
+from .clock import SYSTEM, Clock
 from .errors import ClientClosed, ValidationError
 from .options import wait_timeout
 from .threads import start_thread
@@ -74,10 +74,13 @@ class FailoverLock(abc.ABC):
     A lost lock stays taken by this object until :meth:`release` (or ``with``'s end, or
     :meth:`close`) is called: only then may another :meth:`acquire` of this object start, so the
     release of a lost acquisition can never give back a later one.
+
+    ``clock`` counts the timeout of :meth:`acquire` (and an implementation's waits and staleness).
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, *, clock: Clock = SYSTEM) -> None:
         self._name = check_lock_name(name)
+        self._clock = clock
         self._status = threading.Condition()
         self._taken = False  # acquired by this object and not released yet (lost or not)
         self._acquiring = False  # a thread is in acquire() of this object
@@ -109,11 +112,11 @@ class FailoverLock(abc.ABC):
         store refuses the attempt (a full disk, a read-only filesystem, ...).
         """
         limit = wait_timeout(timeout, "timeout")
-        deadline = None if limit is None else time.monotonic() + limit
+        deadline = None if limit is None else self._clock.monotonic() + limit
         with self._status:
             while self._taken or self._acquiring:  # this object holds it (or is taking it) in another thread
                 self._check_open()
-                remaining = None if deadline is None else deadline - time.monotonic()
+                remaining = None if deadline is None else deadline - self._clock.monotonic()
                 if remaining is not None and remaining <= 0:
                     return False
                 self._status.wait(remaining)
@@ -212,8 +215,9 @@ class FailoverLock(abc.ABC):
     # -- for implementations ---------------------------------------------------------------------------
     @abc.abstractmethod
     def _take(self, deadline: float | None) -> bool:
-        """Take the lock in the store: True once held, False at ``deadline`` (monotonic; None:
-        no limit). Must end soon after :attr:`_closing` is set (raising ClientClosed)."""
+        """Take the lock in the store: True once held, False at ``deadline`` (a time of
+        ``self._clock.monotonic()``; None: no limit). Must end soon after :attr:`_closing` is set
+        (raising ClientClosed)."""
 
     @abc.abstractmethod
     def _give_back(self) -> None:
@@ -274,7 +278,7 @@ class MemoryFailoverLock(FailoverLock):
             while self._key in _MEMORY_HOLDERS:
                 if self._closing.is_set():
                     raise ClientClosed(f"the failover lock {self._name!r} was closed")
-                remaining = None if deadline is None else deadline - time.monotonic()
+                remaining = None if deadline is None else deadline - self._clock.monotonic()
                 if remaining is not None and remaining <= 0:
                     return False
                 _MEMORY.wait(remaining)

@@ -19,6 +19,8 @@ from .errors import DiscoveryError, ValidationError
 
 #: real seconds advance() waits for a woken thread to finish its job and wait again
 DEFAULT_SETTLE_TIMEOUT = 10.0
+#: real seconds between looks at a woken thread that might have ended (a thread's end wakes nobody)
+ENDED_POLL = 0.005
 
 
 class ClockStuck(DiscoveryError):
@@ -118,11 +120,15 @@ class ManualClock(Clock):
         return any(w.thread is thread and w is not after and not w.fired for w in self._waiters)
 
     def _wait_for(self, idle: Callable[[], bool], thread: threading.Thread) -> None:
-        if not self._cond.wait_for(idle, timeout=self.settle_timeout):
-            raise ClockStuck(
-                f"thread {thread.name} did not wait on the manual clock again within {self.settle_timeout:g} s "
-                "of real time: it is blocked on something else"
-            )
+        give_up = time.monotonic() + self.settle_timeout
+        while not idle():
+            left = give_up - time.monotonic()
+            if left <= 0:
+                raise ClockStuck(
+                    f"thread {thread.name} did not wait on the manual clock again within {self.settle_timeout:g} s "
+                    "of real time: it is blocked on something else"
+                )
+            self._cond.wait(min(left, ENDED_POLL))  # a thread's end notifies nobody: look again soon
 
     def __repr__(self) -> str:
         return f"ManualClock(now={self._now!r})"

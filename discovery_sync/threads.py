@@ -4,13 +4,13 @@ Every thread discovery-sync starts runs its body through :func:`start_thread`. A
 that escapes the body is logged once, with the thread's name and traceback, and handed to the
 thread's ``on_crash`` callback, which tells the consumers (fails their watches, marks the
 client's status). Nothing reaches :func:`threading.excepthook`, not even an exception raised
-by ``on_crash`` itself. Threads that can retry use :class:`Backoff` between attempts.
+by ``on_crash`` itself. Threads that retry pace their attempts with
+:class:`discovery_sync.retry.Retry` and log them with :func:`log_retry`.
 """
 
 from __future__ import annotations
 
 import logging
-import random
 import threading
 from collections.abc import Callable
 
@@ -76,22 +76,3 @@ def log_retry(what: str, exc: BaseException, delay: float) -> None:
         delay,
         exc_info=None if expected else exc,
     )
-
-
-class Backoff:
-    """Delays between retries: ``start`` seconds doubling up to ``maximum``, with ±20 % jitter."""
-
-    def __init__(self, start: float = 0.25, maximum: float = 5.0) -> None:
-        self.start = start
-        self.maximum = maximum
-        self._next = start
-
-    def next(self) -> float:
-        """The delay before the next retry (and double the one after it)."""
-        delay = self._next * random.uniform(0.8, 1.2)
-        self._next = min(self._next * 2, self.maximum)
-        return delay
-
-    def reset(self) -> None:
-        """After a success: the next failure waits ``start`` again."""
-        self._next = self.start

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
-import time
 from functools import partial
 from typing import Any
 
@@ -14,6 +13,7 @@ from discovery_sync.errors import BackendUnavailable, DiscoveryError
 from discovery_sync.identity import DiscoveryInstanceId, RecordKind
 from discovery_sync.model import DiscoveryInstance, Model, instance_to_json
 from discovery_sync.queries import Query
+from discovery_sync.retry import Retry
 from discovery_sync.watch import WatchFeed
 
 from .layout import KeyLayout
@@ -103,21 +103,18 @@ class EtcdDiscovery(Discovery):
             raise
 
     def _wait_until_reachable(self, timeout: float) -> None:
-        started = time.monotonic()
-        deadline, delay = started + timeout, 1.0
+        retry = Retry(1.0, 30.0, jitter=0, timeout=timeout)  # the last try at the deadline
         while True:
             try:
                 self.gateway.server_status()
                 return
             except BackendUnavailable as exc:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    tried = f"tried for {round(time.monotonic() - started, 1):g} s" if timeout else "tried once"
+                if retry.expired:
+                    tried = f"tried for {round(retry.elapsed(), 1):g} s" if timeout else "tried once"
                     raise BackendUnavailable(f"{exc} ({tried})") from exc
-                wait = min(delay, remaining)
+                wait = min(retry.next_delay(), retry.remaining())
                 log.warning("etcd is not reachable yet (%s); retrying in %.1f s", exc, wait)
-                time.sleep(wait)  # start-up backoff: nothing to wait on but time
-                delay = min(delay * 2, 30.0)
+                retry.wait(wait)
 
     @property
     def instance_id(self) -> int:

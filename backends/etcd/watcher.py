@@ -15,7 +15,7 @@ range already holds. Either way nothing is missed and nothing is delivered twice
 
 Compaction, a cancelled, ended or malformed stream, or a server that went away make the stream range
 its bucket again and reconcile every watch of it (the missed changes, then a Resync) before it watches
-on, after a :class:`~discovery_sync.threads.Backoff` delay (250 ms doubling to 5 s while the server
+on, after a :class:`~discovery_sync.retry.Retry` delay (250 ms doubling to 5 s while the server
 stays unreachable or answers nonsense; back to 250 ms once a watch is created). A watch that started
 from a range newer than the resync's is already current and is left alone. A stream that is only quiet
 for the read timeout is re-opened from the last revision without a resync. Any other exception ends
@@ -32,12 +32,14 @@ from collections.abc import Iterable
 
 import requests
 
+from discovery_sync.clock import SYSTEM, Clock
 from discovery_sync.errors import BackendUnavailable
 from discovery_sync.identity import RecordKind
 from discovery_sync.model import DiscoveryInstance
 from discovery_sync.queries import Query
 from discovery_sync.reconcile import apply
-from discovery_sync.threads import Backoff, log_retry, start_thread
+from discovery_sync.retry import Retry
+from discovery_sync.threads import log_retry, start_thread
 from discovery_sync.watch import WatchFeed
 
 from .layout import KeyLayout
@@ -79,9 +81,18 @@ class _Member:
 class BucketStream:
     """The watch stream of one bucket, shared by every watch of that bucket on one client.
 
-    ``users`` is the owner's count of the watches using it (kept under the owner's lock)."""
+    ``users`` is the owner's count of the watches using it (kept under the owner's lock). Its
+    thread waits between attempts through ``clock``."""
 
-    def __init__(self, gateway: EtcdGateway, layout: KeyLayout, kind: RecordKind, *, read_timeout: float = 60.0):
+    def __init__(
+        self,
+        gateway: EtcdGateway,
+        layout: KeyLayout,
+        kind: RecordKind,
+        *,
+        read_timeout: float = 60.0,
+        clock: Clock = SYSTEM,
+    ) -> None:
         self.gateway = gateway
         self.layout = layout
         self.kind = kind
@@ -98,7 +109,8 @@ class BucketStream:
         self._start_lock = threading.Lock()  # held by the first watch while it ranges the bucket
         self._started = False
         self._stop = threading.Event()
-        self._backoff = Backoff(BACKOFF_START, BACKOFF_MAX)
+        self._wake = threading.Event()  # ends the thread's wait between attempts (set by stop())
+        self._retry = Retry(BACKOFF_START, BACKOFF_MAX, clock=clock, wake=self._wake)
         self._session = gateway.stream_session()
         self._response: requests.Response | None = None
         self._thread = start_thread(f"discovery-sync-etcd-watch-{kind.bucket}", self._run, self._crashed, start=False)
@@ -153,6 +165,7 @@ class BucketStream:
     def stop(self) -> None:
         """Stop the thread and release the stream; returns once the thread has ended (at most 5 s)."""
         self._stop.set()
+        self._wake.set()
         response = self._response
         if response is not None:
             abort_stream(response)  # unblocks the stream read
@@ -189,14 +202,14 @@ class BucketStream:
 
     def _pause(self, exc: Exception) -> None:
         """Wait before a resync, so that a server failing every stream at once is not hammered."""
-        delay = self._backoff.next()
+        delay = self._retry.next_delay()
         if isinstance(exc, NeedsResync):
             log.info("watch on %s must resynchronise (%s); in %.2f s", self.label, exc, delay)
         else:
             if isinstance(exc, requests.RequestException):  # logged in words, not as urllib3's reprs
                 exc = BackendUnavailable(f"cannot reach etcd: {failure_cause(exc)}")
             log_retry(f"watch on {self.label}", exc, delay)
-        self._stop.wait(delay)
+        self._retry.wait(delay)  # stop() ends it; _run then sees _stop
 
     def _resync(self) -> None:
         """Range the bucket again and bring every watch of it to that state (then a Resync)."""
@@ -226,7 +239,7 @@ class BucketStream:
         if result.canceled:
             raise NeedsResync(result.cancel_reason or "the server cancelled the watch")
         if result.created:
-            self._backoff.reset()  # the server accepted the watch: a later failure starts the backoff again
+            self._retry.reset()  # the server accepted the watch: a later failure starts the backoff again
         with self._lock:  # the changes of one message (one revision, or a transaction) are handed out as one
             for event in result.events:
                 self._apply(event)

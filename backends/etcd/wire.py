@@ -39,13 +39,13 @@ import urllib3
 
 from discovery_sync.errors import BackendUnavailable, DiscoveryError, ValidationError
 from discovery_sync.model import DiscoveryInstance, instance_from_json
+from discovery_sync.ndjson import split_lines
 
 log = logging.getLogger("discovery_sync.backends.etcd")
 
 REQUEST_TIMEOUT = 10.0  # seconds a unary request may take in all (the request_timeout option's default)
 CONNECT_TIMEOUT = 3.05  # seconds connecting may take of it (and of opening a watch stream), at most
 QUOTE_LIMIT = 200  # characters of a malformed reply quoted in an error message
-MAX_WATCH_MESSAGE = 64 * 2**20  # a watch "line" longer than this is junk, not a message in transit
 WATCH = "/v3/watch"
 
 T = TypeVar("T")
@@ -304,23 +304,6 @@ def _watch_messages(lines: Iterable[bytes]) -> Iterator[dict[str, Any]]:
             if isinstance(message, dict) and "error" in message:
                 raise BackendUnavailable(f"the etcd watch stream failed: {_quote(message['error'])}")
             yield _parsed(WATCH, message, lambda value: _object_field(_object(value), "result"))
-
-
-def _lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
-    """The newline-separated lines of a byte stream (the gateway ends each message with one)."""
-    buffer = bytearray()
-    for chunk in chunks:
-        searched = len(buffer)
-        buffer += chunk
-        end = buffer.find(b"\n", searched)
-        while end >= 0:
-            yield bytes(buffer[:end])
-            del buffer[: end + 1]
-            end = buffer.find(b"\n")
-        if len(buffer) > MAX_WATCH_MESSAGE:
-            raise BackendUnavailable(f"etcd sent {len(buffer)} bytes on {WATCH} without ending a message")
-    if buffer:
-        yield bytes(buffer)
 
 
 def abort_stream(response: requests.Response) -> None:
@@ -618,7 +601,7 @@ class EtcdGateway:
         try:
             if response.status_code != 200:
                 raise BackendUnavailable(f"etcd refused the watch: HTTP {response.status_code} {_quote(response.text)}")
-            yield from _watch_messages(_lines(_chunks(response)))
+            yield from _watch_messages(split_lines(_chunks(response), f"etcd on {WATCH}"))
         finally:
             response.close()
 

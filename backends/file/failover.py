@@ -59,15 +59,16 @@ import math
 import os
 import secrets
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from stat import S_ISREG
 
 import orjson
 
+from discovery_sync.clock import SYSTEM, Clock
 from discovery_sync.errors import ClientClosed, DiscoveryError, ValidationError
 from discovery_sync.failover import LOCK_THREAD, FailoverLock
+from discovery_sync.retry import Retry
 from discovery_sync.threads import log_retry, start_thread
 
 from .directory import StoreDirectory
@@ -133,6 +134,7 @@ class _Hold:
         self.refreshes = 0
         self.generation = 0
         self.stop = threading.Event()
+        self.wake = threading.Event()  # ends the refresher's wait (set after ``stop``)
         self.io = threading.Lock()  # one store operation at a time: a refresh, or the release
         self.lost = False
         self.thread: threading.Thread | None = None
@@ -171,12 +173,23 @@ class FileFailoverLock(FailoverLock):
     :param stale_after: seconds (of a waiter's clock) an unchanged marker is respected; the
         holder refreshes it every quarter of that. A holder frozen for longer may lose the lock.
     :param store_root: the store's root, for messages.
+    :param clock: the clock of the acquisition timeout, of the waiters' polls and staleness, of the
+        refresher's interval and of the acquisition time written in the marker.
 
     The contract is :class:`discovery_sync.failover.FailoverLock`'s.
     """
 
-    def __init__(self, name: str, lock_dir: StoreDirectory, *, mode: str, stale_after: float, store_root: Path) -> None:
-        super().__init__(name)
+    def __init__(
+        self,
+        name: str,
+        lock_dir: StoreDirectory,
+        *,
+        mode: str,
+        stale_after: float,
+        store_root: Path,
+        clock: Clock = SYSTEM,
+    ) -> None:
+        super().__init__(name, clock=clock)
         if mode not in MODES:
             raise ValidationError(f"failover lock mode {mode!r} is not valid: use one of {', '.join(MODES)}")
         if isinstance(stale_after, bool) or not isinstance(stale_after, int | float) or not 0 < stale_after < math.inf:
@@ -190,6 +203,7 @@ class FileFailoverLock(FailoverLock):
         self._marker = lock_dir.path / marker_name(self.name)
         self._hold: _Hold | None = None
         self._hold_lock = threading.Lock()
+        self._wake = threading.Event()  # ends the wait of _take between polls (set by close())
 
     @property
     def marker(self) -> Path:
@@ -200,7 +214,8 @@ class FileFailoverLock(FailoverLock):
     def _take(self, deadline: float | None) -> bool:
         token = secrets.token_hex(16)
         seen = _Seen()
-        delay = POLL_START
+        timeout = None if deadline is None else deadline - self._clock.monotonic()
+        retry = Retry(POLL_START, POLL_MAX, factor=1.5, jitter=0, timeout=timeout, clock=self._clock, wake=self._wake)
         refused = 0
         while True:
             if self._closing.is_set():
@@ -224,11 +239,12 @@ class FileFailoverLock(FailoverLock):
                 return True
             if again:
                 continue
-            now = time.monotonic()
-            if deadline is not None and now >= deadline:
+            if retry.expired:
                 return False
-            self._closing.wait(delay if deadline is None else min(delay, deadline - now))
-            delay = min(delay * 1.5, POLL_MAX)
+            retry.wait()  # polling: a marker on another host gives no notice; close() ends it
+
+    def _wake_waiters(self) -> None:
+        self._wake.set()  # after _closing, which _take checks once woken
 
     def _attempt(self, dir_fd: int, token: str, seen: _Seen) -> tuple[_Hold | None, bool]:
         """One attempt: the hold when the lock was taken; else whether to try again at once (a
@@ -260,7 +276,7 @@ class FileFailoverLock(FailoverLock):
                 if broken:
                     seen.forget()
                     return None, True
-        if seen.unchanged_for(content, time.monotonic()) >= self.stale_after:
+        if seen.unchanged_for(content, self._clock.monotonic()) >= self.stale_after:
             self._break(
                 dir_fd,
                 lambda aside: _read(aside, dir_fd) == content,
@@ -282,7 +298,7 @@ class FileFailoverLock(FailoverLock):
             try:
                 status = os.fstat(fd)
                 extra = self._lock_file(fd, status.st_dev)
-                acquired = time.time()
+                acquired = self._clock.time()
                 content = marker_bytes(token, 0, acquired, extra)
                 written = 0
                 while written < len(content):
@@ -328,7 +344,7 @@ class FileFailoverLock(FailoverLock):
         try:
             acquired = float(orjson.loads(content)["acquired"])
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-            acquired = time.time()
+            acquired = self._clock.time()
         flags = os.O_RDWR | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY
         try:
             fd = os.open(_where(self._marker, dir_fd), flags, dir_fd=dir_fd)
@@ -410,13 +426,21 @@ class FileFailoverLock(FailoverLock):
             if hold is None or hold.stop.is_set():
                 return  # released already
             hold.generation = generation
-            hold.thread = start_thread(LOCK_THREAD, lambda: self._refresh_loop(hold), lambda exc: self._died(hold))
+            hold.thread = start_thread(
+                LOCK_THREAD, lambda: self._refresh_loop(hold), lambda exc: self._died(hold), start=False
+            )
+            self._clock.enroll(hold.thread)  # it waits only through the clock between refreshes
+            hold.thread.start()
 
     def _refresh_loop(self, hold: _Hold) -> None:
         interval = self.stale_after / 4
-        last_refresh = time.monotonic()
+        last_refresh = self._clock.monotonic()
         lost: str | None = None
-        while lost is None and not hold.stop.wait(interval):
+        while lost is None:
+            self._clock.wait(hold.wake, interval)
+            hold.wake.clear()  # _give_back sets it after stop, which is checked next
+            if hold.stop.is_set():
+                break
             with hold.io:
                 if hold.stop.is_set():
                     return
@@ -425,7 +449,7 @@ class FileFailoverLock(FailoverLock):
                         lost = self._refresh(dir_fd, hold)
                 except (OSError, DiscoveryError) as exc:
                     error = self._storage_error(exc, "cannot refresh") if isinstance(exc, OSError) else exc
-                    failing = time.monotonic() - last_refresh
+                    failing = self._clock.monotonic() - last_refresh
                     if failing < self.stale_after:
                         log_retry(f"refreshing the failover lock {self.name!r}", error, interval)
                         continue
@@ -434,7 +458,7 @@ class FileFailoverLock(FailoverLock):
                         f"{self.stale_after:g} s ({error}): waiters may have broken it"
                     )
                 if lost is None:
-                    last_refresh = time.monotonic()
+                    last_refresh = self._clock.monotonic()
                     continue
                 hold.lost = True
                 hold.close_fd()
@@ -491,6 +515,7 @@ class FileFailoverLock(FailoverLock):
         if hold is None:
             return
         hold.stop.set()
+        hold.wake.set()
         with hold.io:  # after a refresh under way
             if not hold.lost:
                 try:

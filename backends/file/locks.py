@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from filelock import lock_descriptor, unlock_descriptor
 
+from discovery_sync.clock import SYSTEM, Clock
 from discovery_sync.errors import LockTimeout, ValidationError
+from discovery_sync.retry import Retry
 
 from .directory import StoreDirectory
 from .oserrors import storage_error
@@ -42,7 +43,17 @@ PROC_LOCKS = Path("/proc/locks")
 
 
 class StoreLocks:
-    def __init__(self, mode: str = "hard", timeout: float = 10.0, stale_after: float = DEFAULT_STALE_AFTER) -> None:
+    """The store's locks in ``mode`` (``hard`` or ``soft``), waited for up to ``timeout`` seconds of
+    ``clock``, which also judges soft markers (stale after ``stale_after`` seconds) and stamps them."""
+
+    def __init__(
+        self,
+        mode: str = "hard",
+        timeout: float = 10.0,
+        stale_after: float = DEFAULT_STALE_AFTER,
+        *,
+        clock: Clock = SYSTEM,
+    ) -> None:
         if mode not in LOCK_MODES:
             raise ValidationError(f"lock mode {mode!r} is not valid: use one of {', '.join(LOCK_MODES)}")
         if not stale_after > 0:
@@ -50,7 +61,8 @@ class StoreLocks:
         self.mode = mode
         self.timeout = timeout
         self.stale_after = stale_after
-        self._soft_locks = SoftLocks(timeout, stale_after) if mode == "soft" else None
+        self.clock = clock
+        self._soft_locks = SoftLocks(timeout, stale_after, clock=clock) if mode == "soft" else None
 
     def close(self) -> None:
         if self._soft_locks is not None:
@@ -79,11 +91,10 @@ class StoreLocks:
         # a descriptor of its own: flock belongs to an open file description, shared by dups
         fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
         try:
-            deadline = time.monotonic() + self.timeout
+            retry = Retry(RETRY_INTERVAL, RETRY_INTERVAL, jitter=0, timeout=self.timeout, clock=self.clock)
             while not lock_descriptor(fd, blocking=False):
-                if time.monotonic() >= deadline:
+                if not retry.wait():  # polling: flock(2) has no timeout of its own
                     raise self._timeout(directory, fd)
-                time.sleep(RETRY_INTERVAL)
             try:
                 yield
             finally:

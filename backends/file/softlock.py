@@ -43,7 +43,9 @@ from stat import S_ISREG
 
 import orjson
 
+from discovery_sync.clock import SYSTEM, Clock
 from discovery_sync.errors import LockTimeout
+from discovery_sync.retry import Retry
 from discovery_sync.threads import log_retry, start_thread
 
 from .oserrors import NO_ROOM, storage_error
@@ -145,16 +147,19 @@ class SoftLocks:
 
     :param timeout: seconds an acquisition waits before :class:`LockTimeout`.
     :param stale_after: seconds (of the waiter's clock) an unchanged marker is respected.
+    :param clock: the clock of every judgement and wait (the timeout, staleness, the refresher's
+        interval) and of the acquisition time written in markers.
     """
 
-    def __init__(self, timeout: float, stale_after: float = DEFAULT_STALE_AFTER) -> None:
+    def __init__(self, timeout: float, stale_after: float = DEFAULT_STALE_AFTER, *, clock: Clock = SYSTEM) -> None:
         if not stale_after > 0:
             raise ValueError("stale_after must be positive")
         self.timeout = timeout
         self.stale_after = stale_after
+        self.clock = clock
         self._held: dict[str, _Held] = {}
         self._held_lock = threading.Lock()
-        self._wake = threading.Condition(self._held_lock)
+        self._wake = threading.Event()  # ends the refresher's wait (set by close())
         self._closed = False
         self._refresher: threading.Thread | None = None
         self.broken = 0  # markers this client broke
@@ -171,13 +176,12 @@ class SoftLocks:
 
     def acquire(self, marker: Path, dir_fd: int | None = None) -> _Held:
         token = secrets.token_hex(16)
-        deadline = time.monotonic() + self.timeout
-        delay = RETRY_START
+        retry = Retry(RETRY_START, RETRY_MAX, jitter=0, timeout=self.timeout, clock=self.clock)
         seen: bytes | None = None
         seen_since = 0.0
         refused = 0
         while True:
-            acquired = time.time()
+            acquired = self.clock.time()
             try:
                 created = self._try_create(marker, dir_fd, token, acquired)
             except PermissionError:
@@ -197,20 +201,18 @@ class SoftLocks:
                 held = _Held(marker, dir_fd, token, acquired)
                 self._track(held)
                 return held
-            now = time.monotonic()
+            now = self.clock.monotonic()
             if content is None or content != seen:
                 seen, seen_since = content, now
             elif now - seen_since >= self.stale_after:
                 self._break(marker, dir_fd, content)
                 seen = None
                 continue
-            if now >= deadline:
+            if not retry.wait():  # polling: a marker on another host gives no notice
                 raise LockTimeout(
                     f"could not lock {marker} within {self.timeout:g} s: it is held by {describe_holder(content)}. "
                     f"A holder that stops refreshing it is overruled after {self.stale_after:g} s"
                 )
-            time.sleep(min(delay, max(deadline - now, 0)))  # a marker on another host gives no notice
-            delay = min(delay * 2, RETRY_MAX)
 
     def release(self, held: _Held) -> None:
         with self._held_lock:  # not while the refresher rewrites it: that would bring it back
@@ -238,9 +240,9 @@ class SoftLocks:
 
     def close(self) -> None:
         """Stop the refresher thread (held locks are the caller's to release)."""
-        with self._wake:
+        with self._held_lock:
             self._closed = True
-            self._wake.notify_all()
+        self._wake.set()
         thread = self._refresher
         if thread is not None and thread is not threading.current_thread():
             thread.join(5)
@@ -277,15 +279,21 @@ class SoftLocks:
             self.broken += 1
 
     def _track(self, held: _Held) -> None:
-        with self._wake:
+        with self._held_lock:
             self._held[held.token] = held
             if self._refresher is None and not self._closed:
-                self._refresher = start_thread(REFRESHER_THREAD, self._refresh_loop, self._refresher_died)
+                self._refresher = start_thread(REFRESHER_THREAD, self._refresh_loop, self._refresher_died, start=False)
+                self.clock.enroll(self._refresher)  # it waits only through the clock between rounds
+                self._refresher.start()
 
     def _refresh_loop(self) -> None:
         interval = self.stale_after / 4
-        with self._wake:
-            while not self._wake.wait_for(lambda: self._closed, interval):
+        while True:
+            self.clock.wait(self._wake, interval)
+            self._wake.clear()  # close() sets it after _closed, which is checked next
+            with self._held_lock:  # release() cannot interleave with a rewrite
+                if self._closed:
+                    return
                 for held in list(self._held.values()):
                     try:
                         self._refresh(held)

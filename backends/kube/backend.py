@@ -29,7 +29,6 @@ import logging
 import os
 import secrets
 import threading
-import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any, TypeVar
@@ -41,6 +40,7 @@ from discovery_sync.errors import BackendUnavailable, ValidationError
 from discovery_sync.identity import DiscoveryInstanceId
 from discovery_sync.model import DiscoveryInstance, EventSource, Model
 from discovery_sync.queries import Query
+from discovery_sync.retry import Retry
 from discovery_sync.specs import DiscoverySpec, EndpointSpec, EventSourceSpec
 from discovery_sync.watch import WatchFeed
 
@@ -237,8 +237,8 @@ class KubeDiscovery(Discovery):
     def _retrying(self, call: Callable[[], T], action: str, timeout: float | None = None) -> T:
         """``call()``, retried on transient errors for ``timeout`` (default ``write_timeout``) seconds."""
         budget = self.write_timeout if timeout is None else timeout
-        deadline = time.monotonic() + budget
-        delay, attempts = RETRY_START, 0
+        retry = Retry(RETRY_START, RETRY_MAX, jitter=0, timeout=budget)
+        attempts = 0
         while True:
             attempts += 1
             try:
@@ -251,14 +251,14 @@ class KubeDiscovery(Discovery):
                 error: BaseException = exc
             except TRANSPORT_ERRORS as exc:
                 error = exc
-            if time.monotonic() + delay > deadline:
+            delay = retry.next_delay()
+            if delay > retry.remaining():  # the next attempt would come after the deadline
                 raise BackendUnavailable(
                     f"{explain(error, action, self.api.server)}; gave up after {attempts} attempt(s) in {budget:g} s; "
                     "nothing was changed"
                 ) from error
             log.warning("%s; retrying in %.2f s", explain(error, action, self.api.server), delay)
-            time.sleep(delay)  # retry backoff: nothing to wait on but time
-            delay = min(delay * 2, RETRY_MAX)
+            retry.wait(delay)
 
     # -- reads --------------------------------------------------------------------------------------
     def _view(self) -> KubeDaemon:

@@ -3,7 +3,8 @@
 The thread lists (paged), posts :class:`Listed`, then watches from the list's resourceVersion with
 bookmarks, posting :class:`Changed` and :class:`Progress`. A stream the server ends is resumed
 from the last resourceVersion; a 410 Gone (compacted history) makes it list again, which the
-daemon turns into a resync of every watch. Errors back off 250 ms doubling to 5 s, with jitter.
+daemon turns into a resync of every watch. Errors (the API server's, the connection's, a line over
+the bound of :mod:`discovery_sync.ndjson`) back off 250 ms doubling to 5 s, with jitter.
 Only a 401/403/404 before the first list succeeded is final (:class:`Fatal`): the CRD or RBAC is
 missing and retrying will not help. Anything unexpected is posted as :class:`Crashed`.
 """
@@ -11,7 +12,6 @@ missing and retrying will not help. Anything unexpected is posted as :class:`Cra
 from __future__ import annotations
 
 import logging
-import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +19,9 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from discovery_sync.clock import SYSTEM, Clock
+from discovery_sync.ndjson import LineTooLong
+from discovery_sync.retry import Retry
 from discovery_sync.threads import start_thread
 
 from .wire import TRANSPORT_ERRORS, Gone, KubeApi, Resource, abort, explain
@@ -83,13 +86,17 @@ Message = Listed | Changed | Progress | Trouble | Fatal | Crashed
 
 
 class ResourceStream:
-    """Keeps one resource's list+watch going until :meth:`stop`."""
+    """Keeps one resource's list+watch going until :meth:`stop`; waits between attempts through ``clock``."""
 
-    def __init__(self, api: KubeApi, resource: Resource, post: Callable[[Message], None]) -> None:
+    def __init__(
+        self, api: KubeApi, resource: Resource, post: Callable[[Message], None], *, clock: Clock = SYSTEM
+    ) -> None:
         self.api = api
         self.resource = resource
         self._post = post
         self._stop = threading.Event()
+        self._wake = threading.Event()  # ends the thread's wait between attempts (set by stop())
+        self._clock = clock
         self._response: Any = None
         self._thread = start_thread(
             f"discovery-sync-kube-watch-{resource.plural}", self._loop, self._crashed, start=False
@@ -100,6 +107,7 @@ class ResourceStream:
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
+        self._wake.set()
         if self._response is not None:
             abort(self._response)
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
@@ -117,7 +125,7 @@ class ResourceStream:
         plural = self.resource.plural
         version: str | None = None
         listed = False
-        delay = BACKOFF_START
+        retry = Retry(BACKOFF_START, BACKOFF_MAX, clock=self._clock, wake=self._wake)
         while not self._stop.is_set():
             try:
                 if version is None:
@@ -125,11 +133,11 @@ class ResourceStream:
                     self._post(Listed(plural, objects, version, initial=not listed))
                     listed = True
                 version = self._watch(version)
-                delay = BACKOFF_START
+                retry.reset()
             except Gone as exc:
                 log.info("the watch of %s must list again: %s", plural, exc)
                 version = None
-            except (ApiException, *TRANSPORT_ERRORS) as exc:
+            except (ApiException, LineTooLong, *TRANSPORT_ERRORS) as exc:
                 if self._stop.is_set():
                     return
                 if isinstance(exc, ApiException) and exc.status == 410:
@@ -140,10 +148,10 @@ class ResourceStream:
                 if not listed and isinstance(exc, ApiException) and exc.status in (401, 403, 404):
                     self._post(Fatal(plural, message))
                     return
+                delay = retry.next_delay()
                 log.warning("%s; retrying in %.2f s", message, delay)
                 self._post(Trouble(plural, message))
-                self._stop.wait(delay * random.uniform(0.8, 1.2))
-                delay = min(delay * 2, BACKOFF_MAX)
+                retry.wait(delay)  # stop() ends it; the loop then sees _stop
 
     def _watch(self, version: str) -> str:
         """Stream events after ``version``; returns the last resourceVersion seen when the stream ends."""

@@ -22,7 +22,8 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from discovery_sync.errors import BackendUnavailable
+from discovery_sync.errors import BackendUnavailable, DiscoveryError
+from discovery_sync.ndjson import split_lines
 
 from .options import OPTIONS
 
@@ -77,6 +78,8 @@ def status_message(exc: ApiException) -> str:
 
 def explain(exc: BaseException, action: str, server: str | None = None) -> str:
     """A message for a failed ``action`` that says what to do about the usual causes (one line)."""
+    if isinstance(exc, DiscoveryError):  # ours (a stream line over the bound): it says what happened already
+        return f"{action} failed: {exc}"
     if isinstance(exc, ApiException):
         if exc.status == 404:
             return f"{action} failed: {CRD_MISSING_HINT} ({status_message(exc)})"
@@ -221,7 +224,8 @@ class KubeApi:
         """Watch events after ``resource_version`` (BOOKMARKs included) until the server ends the stream.
 
         ``opened(response)`` is called with the streaming response so another thread can abort it.
-        Raises :class:`Gone` on a 410 ERROR event and ApiException for other ERROR events.
+        Raises :class:`Gone` on a 410 ERROR event, ApiException for other ERROR events and
+        :class:`~discovery_sync.ndjson.LineTooLong` for a line over the bound.
         """
         response = resource.call(
             watch=True,
@@ -234,7 +238,8 @@ class KubeApi:
         opened(response)
         ended = False
         try:
-            for line in _lines(response):
+            chunks = response.stream(amt=None, decode_content=False)
+            for line in split_lines(chunks, f"the Kubernetes API server {self.server}"):
                 event = orjson.loads(line)
                 if event.get("type") == "ERROR":
                     status = event.get("object") or {}
@@ -296,16 +301,3 @@ def abort(response: Any) -> None:
     """Make a read blocked on the streaming ``response`` (in another thread) return at once."""
     with contextlib.suppress(Exception):
         response.shutdown()
-
-
-def _lines(response: Any) -> Iterator[bytes]:
-    """Newline-separated JSON documents of a chunked watch response (chunks need not align)."""
-    buffer = b""
-    for chunk in response.stream(amt=None, decode_content=False):
-        buffer += chunk
-        while b"\n" in buffer:
-            line, buffer = buffer.split(b"\n", 1)
-            if line.strip():
-                yield line
-    if buffer.strip():
-        yield buffer

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -78,3 +79,21 @@ def test_the_system_clock_waits_in_real_time() -> None:
     wake.set()
     assert SYSTEM.wait(wake, 10) is True
     assert abs(SYSTEM.time() - SYSTEM.time()) < 1
+
+
+def test_a_woken_thread_that_ends_instead_of_waiting_again_releases_advance_at_once() -> None:
+    clock = ManualClock(settle_timeout=5.0)
+    woken = threading.Event()
+
+    def once() -> None:
+        clock.wait(threading.Event(), 1.0)
+        woken.set()
+        sum(range(10**6))  # still at work when advance() first looks, then ends: nobody is notified
+
+    thread = threading.Thread(target=once, name="test-ending", daemon=True)
+    clock.enroll(thread)
+    thread.start()
+    began = time.monotonic()
+    clock.advance(1.0)
+    assert woken.is_set() and not thread.is_alive()
+    assert time.monotonic() - began < 2.5  # not the settle timeout

@@ -6,7 +6,8 @@ from __future__ import annotations
 import threading
 
 from discovery_sync.periodic import PeriodicThread
-from discovery_sync.threads import Backoff, start_thread
+from discovery_sync.retry import Retry
+from discovery_sync.threads import start_thread
 from tests.helpers import LogCatcher
 
 WAIT = 10.0
@@ -67,9 +68,9 @@ def test_a_periodic_thread_whose_handler_gives_up_ends_through_on_crash(escaped)
 
 
 def test_backoff_doubles_up_to_its_maximum_with_jitter_and_resets():
-    backoff = Backoff(0.25, 1.0)
-    delays = [backoff.next() for _ in range(5)]
+    backoff = Retry(0.25, 1.0)
+    delays = [backoff.next_delay() for _ in range(5)]
     for delay, nominal in zip(delays, [0.25, 0.5, 1.0, 1.0, 1.0], strict=True):
         assert 0.8 * nominal <= delay <= 1.2 * nominal
     backoff.reset()
-    assert backoff.next() <= 0.3
+    assert backoff.next_delay() <= 0.3
