@@ -35,8 +35,9 @@ import os
 import secrets
 import threading
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from discovery_sync.broadcast import FeedSet
 from discovery_sync.clock import SYSTEM, Clock
@@ -72,6 +73,8 @@ from .watcher import DirectoryNotifier, StoreWatcher
 from .wire import DEFAULT_MAX_RECORD_BYTES, refresh_listing
 
 log = logging.getLogger("discovery_sync.backends.file")
+
+T = TypeVar("T")
 
 
 class FileDiscovery(Discovery):
@@ -114,6 +117,8 @@ class FileDiscovery(Discovery):
         disk; ``collect_garbage(dry_run=True)`` reports them. On a network mount with caches,
         ``list()`` of a read-only client sees other hosts' writes up to ``cache_window`` late
         (a writer refreshes the mount's listing by writing a temp file first).
+    :param clock: where TTLs, schedules, graces and lock timeouts take their time from (default:
+        the real clock; tests pass a :class:`discovery_sync.testing.ManualClock`).
     """
 
     backend_name = "file"
@@ -177,7 +182,7 @@ class FileDiscovery(Discovery):
         lock_timeout, lock_stale = option["lock_timeout"], option["lock_stale"]
         if lock_timeout is None:
             lock_timeout = 3 * lock_stale if lock == "soft" else 10.0
-        self._locks = StoreLocks(lock, lock_timeout, lock_stale)
+        self._locks = StoreLocks(lock, lock_timeout, lock_stale, clock=self._clock)
         self._poll_interval = option["poll_interval"]
         self._notifier = DirectoryNotifier(observer, self._poll_interval)
         self._dirs = StoreDirectories(self.layout, read_only=self.read_only)
@@ -197,7 +202,7 @@ class FileDiscovery(Discovery):
         removals, sweeper = Removals(), Sweeper(clock)
         self._liveness = Heartbeat(
             self.layout, self._buckets, t.heartbeat_interval, owned=self._owned_now, names=self._own.names,
-            write_back=self._write_back, refused=self._full_scan_now, clock=clock,
+            write_back=self._write_back, refused=lambda: self._rescans.full_now(), clock=clock,
             fenced=None if self._fence_check is None else Fencing(self._fence_check.still_claimed, self._own.written),
         )  # fmt: skip
         self._heartbeat = PeriodicThread(
@@ -205,8 +210,8 @@ class FileDiscovery(Discovery):
             on_error=self._liveness.error, on_crash=self._thread_crashed, clock=clock,
         )  # fmt: skip
         self._watcher = StoreWatcher(
-            self._notifier, self.layout.root, self._buckets, self._notified, self._notification_failed,
-            read_only=self.read_only,
+            self._notifier, self.layout.root, self._buckets, self._notified,
+            lambda exc: self._rescans.notification_failed(exc), read_only=self.read_only,
         )  # fmt: skip
         trouble = None if self.read_only else self._liveness.trouble
         sight = Sight(self.layout.root, self._views.values(), trouble, t.full_scan_interval + t.cache_window, clock)
@@ -281,7 +286,7 @@ class FileDiscovery(Discovery):
         if self._fence_check is None:
             self._own.unlink(instance_id)
             return
-        with self._store_lock(instance_id.kind, instance_id.kind.bucket + "/" + instance_id.to_path()):
+        with self._record_lock(instance_id):
             if not self._fence_check.still_current(instance_id):
                 self._fence_check.cohort.check()  # a successor's now: InstanceReplaced, nothing removed
             self._own.unlink(instance_id)
@@ -328,6 +333,9 @@ class FileDiscovery(Discovery):
                     raise storage_error(exc, f"cannot refresh the listing of {bucket.path} under its lock") from exc
             yield
 
+    def _record_lock(self, instance_id: DiscoveryInstanceId) -> contextlib.AbstractContextManager[None]:
+        return self._store_lock(instance_id.kind, instance_id.kind.bucket + "/" + instance_id.to_path())
+
     def _open_feed(self, feed: WatchFeed) -> None:
         self._watcher.ensure()
         view = self._views[feed.query.kind]
@@ -365,16 +373,8 @@ class FileDiscovery(Discovery):
         self._dirs.probe()
 
     def _diagnose(self, report: dict[str, Any]) -> None:
-        details = diagnose_store(
-            self.layout,
-            self._notifier.kind,
-            self._locks.mode,
-            self.ttl,
-            self.cache_window,
-            self._poll_interval,
-            self.max_record_bytes,
-            read_only=self.read_only,
-        )
+        modes = (self._notifier.kind, self._locks.mode, self.ttl, self.cache_window, self._poll_interval)
+        details = diagnose_store(self.layout, *modes, self.max_record_bytes, read_only=self.read_only)
         report["problems"].extend(details.pop("problems"))
         report.update(details)
 
@@ -398,12 +398,6 @@ class FileDiscovery(Discovery):
         with view.publishing:
             self._feeds.publish_all(view.read_name(name))
 
-    def _notification_failed(self, exc: BaseException) -> None:
-        self._rescans.notification_failed(exc)
-
-    def _full_scan_now(self) -> None:
-        self._rescans.full_now()
-
     def _thread_crashed(self, exc: BaseException) -> None:
         """A heartbeat or rescan thread ended (only a BaseException such as SystemExit ends one):
         no watch of this client can be trusted any longer."""
@@ -414,48 +408,42 @@ class FileDiscovery(Discovery):
         return dict(self._owned)
 
     def _owned_by_kind(self) -> dict[RecordKind, dict[DiscoveryInstanceId, str]]:
-        """This client's records now, by bucket: id -> file name."""
-        by_kind: dict[RecordKind, dict[DiscoveryInstanceId, str]] = {}
-        names = self._own.names
-        for instance_id in self._owned_now():
-            by_kind.setdefault(instance_id.kind, {})[instance_id] = names(instance_id)
-        return by_kind
+        return self._own.by_kind(self._owned_now())
 
     def _owned_names(self, kind: RecordKind) -> frozenset[str]:
-        return frozenset(self._own.names(i) for i in self._owned_now() if i.kind is kind)
+        names = self._own.names
+        return frozenset(names(i) for i in self._owned_now() if i.kind is kind)
 
     def _touched(self, owned: Owned) -> Touched | None:
         return self._own.touched(owned, self._liveness.beaten_at)
 
     def _write_back(self, instance: DiscoveryInstance) -> bool:
         """Write a record of this client whose file is gone again (unless it was unregistered
-        meanwhile, the client is closing or the file is back); True when it was written."""
+        meanwhile, the client is closing or the file is back); True when it was written. Gone may
+        mean taken over and removed by a successor: a cohort member asks its claim first."""
         if self._closed:  # shutdown() holds the API lock while it stops this thread
             return False
         with self._api_lock:
             if self._owned.get(instance.id()) is not instance or self._closed:
                 return False
-            if self._fence_check is None:
-                return self._own.write(instance, create_only=True)
-            instance_id = instance.id()
-            with self._store_lock(instance_id.kind, instance_id.kind.bucket + "/" + instance_id.to_path()):
-                # gone may mean taken over and removed by a successor: its claim tells
-                return self._fence_check.still_current(instance_id) and self._own.write(instance, create_only=True)
+            return bool(self._while_current(instance.id(), lambda: self._own.write(instance, create_only=True)))
 
     def _restore_replaced(self, view: BucketView, owned: Owned) -> None:
-        """Write back this client's records (``owned``: id -> name) whose file another writer
-        replaced; a cohort member first checks, under the store lock, that no successor did."""
+        """Write back this client's records (``owned``: id -> name) whose file a stranger replaced
+        (a successor's takeover is respected)."""
         for instance_id in self._own.replaced(view, owned):
             with self._api_lock:
                 instance = self._owned.get(instance_id)
-                if instance is None or self._closed:
-                    continue
-                if self._fence_check is None:
-                    self._own.restore(instance)
-                    continue
-                with self._store_lock(instance_id.kind, instance_id.kind.bucket + "/" + instance_id.to_path()):
-                    if self._fence_check.still_current(instance_id):  # else a successor took it over: respected
-                        self._own.restore(instance)
+                if instance is not None and not self._closed:
+                    self._while_current(instance_id, partial(self._own.restore, instance))
+
+    def _while_current(self, instance_id: DiscoveryInstanceId, action: Callable[[], T]) -> T | None:
+        """``action()``; for a cohort member, under the store lock and only while no successor took
+        ``instance_id`` over (else None)."""
+        if self._fence_check is None:
+            return action()
+        with self._record_lock(instance_id):
+            return action() if self._fence_check.still_current(instance_id) else None
 
     def rescan(self, *, scan: str = DEEP) -> None:
         """Rescan every bucket now: publish missed changes (then Resync), delete dead records,
@@ -479,5 +467,10 @@ class FileDiscovery(Discovery):
     def _failover_lock(self, name: str, stale_after: float | None) -> FailoverLock:
         stale_after = self._locks.stale_after if stale_after is None else OPTIONS.check("lock_stale", stale_after)
         return FileFailoverLock(
-            name, self._lock_dir, mode=self._locks.mode, stale_after=stale_after, store_root=self.root
+            name,
+            self._lock_dir,
+            mode=self._locks.mode,
+            stale_after=stale_after,
+            store_root=self.root,
+            clock=self._clock,
         )

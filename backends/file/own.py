@@ -9,7 +9,7 @@ file, junk, a copy) is written back over, and said so; a successor's in a failov
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from discovery_sync.errors import BackendUnavailable, ValidationError
 from discovery_sync.identity import DiscoveryInstanceId, RecordKind
@@ -70,6 +70,14 @@ class OwnFiles:
                 remove_record(dir_fd, self.names(instance_id))
         except OSError as exc:
             raise storage_error(exc, f"cannot delete {instance_id.to_path()}") from exc
+
+    def by_kind(self, owned: Iterable[DiscoveryInstanceId]) -> dict[RecordKind, dict[DiscoveryInstanceId, str]]:
+        """The records ``owned`` (this client's now) by bucket: id -> file name."""
+        by_kind: dict[RecordKind, dict[DiscoveryInstanceId, str]] = {}
+        names = self.names
+        for instance_id in owned:
+            by_kind.setdefault(instance_id.kind, {})[instance_id] = names(instance_id)
+        return by_kind
 
     def touched(self, owned: Mapping[DiscoveryInstanceId, str], beaten_at: float | None) -> Touched | None:
         """This client's files of one bucket as its heartbeat keeps them (``owned``: id -> name), for
