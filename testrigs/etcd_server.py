@@ -33,7 +33,7 @@ class EtcdServer:
         self.client_port = free_port()
         self.peer_port = free_port()
         self.url = f"http://127.0.0.1:{self.client_port}"
-        self.process: subprocess.Popen | None = None
+        self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 30.0) -> None:
         log = open(self.data_dir / "etcd.log", "ab")  # noqa: SIM115 - lives as long as the process

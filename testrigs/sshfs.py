@@ -111,7 +111,7 @@ class SshfsRig:
         self.start_timeout = start_timeout
         self.dir: Path | None = None
         self.port: int | None = None
-        self.sshd: subprocess.Popen | None = None
+        self.sshd: subprocess.Popen[bytes] | None = None
         self._server_pids: set[int] = set()  # the sshd listener and its per-connection children
         self._closed = False
 
@@ -167,7 +167,7 @@ class SshfsRig:
                 self.close()
             raise
 
-    def _run(self, command: list[str], timeout: float) -> subprocess.CompletedProcess:
+    def _run(self, command: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             command, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=max(timeout, 1.0)
         )
