@@ -27,6 +27,16 @@ def etcd_server() -> Iterator[EtcdServer]:
 
 
 @pytest.fixture
+def etcd_prefix(request: pytest.FixtureRequest) -> str:
+    """A key prefix of this test's own, named after its module: every test that uses the session's
+    etcd (``etcd_server``) connects with it (``etcd://host:port/{etcd_prefix}``), so that no test sees
+    another's records. (The etcd interop tests alone use the reference's un-prefixed layout.)"""
+    from testrigs.etcd_server import key_prefix
+
+    return key_prefix(request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_etcd_"))
+
+
+@pytest.fixture
 def peers() -> Iterator[list[Peer]]:
     """Peer processes started by a test; any still running are killed at teardown."""
     started: list[Peer] = []

@@ -200,6 +200,12 @@ def test_timeout_bounds_a_store_that_does_not_answer():
     assert "urllib3" not in line and "object at 0x" not in line
 
 
+def etcd_url(server, prefix: str) -> str:
+    """The session's etcd, keys under this test's own prefix: no other test's records are seen (the
+    watch's first event is the Resync of an empty view, whatever other tests left behind)."""
+    return f"etcd://127.0.0.1:{server.client_port}/{prefix}"
+
+
 def leases(server) -> set[str]:
     import requests
 
@@ -209,19 +215,19 @@ def leases(server) -> set[str]:
 
 
 @pytest.mark.parametrize("args", [["list"], ["get", "v1/instances/a/b/c/1"], ["doctor"]])
-def test_read_only_commands_grant_no_etcd_lease(etcd_server, args):
+def test_read_only_commands_grant_no_etcd_lease(etcd_server, etcd_prefix, args):
     """(A lease granted and revoked at exit would not show here: the watch below is checked while it runs.)"""
     before = leases(etcd_server)
-    result = piped(*args, "--url", "etcd://" + etcd_server.url.removeprefix("http://"))
+    result = piped(*args, "--url", etcd_url(etcd_server, etcd_prefix))
     assert result.returncode in (0, 1), result.stderr
     assert "Traceback" not in result.stderr
     assert leases(etcd_server) <= before
 
 
-def test_a_running_etcd_watch_holds_no_lease(etcd_server):
+def test_a_running_etcd_watch_holds_no_lease(etcd_server, etcd_prefix):
     before = leases(etcd_server)
     watch = subprocess.Popen(
-        command("watch", "--url", "etcd://" + etcd_server.url.removeprefix("http://")),
+        command("watch", "--url", etcd_url(etcd_server, etcd_prefix)),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
