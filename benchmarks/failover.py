@@ -3,7 +3,7 @@
     .venv/bin/python -m benchmarks.failover [--rounds 5] [--options '&mode=shared'] [--stale-after 10]
 
 Run from the repository root. Each round, in a new store: a primary and a standby
-(``tests/cohort_worker.py``, one process each) share a logical instance id and the failover lock
+(``testrigs/cohort_worker.py``, one process each) share a logical instance id and the failover lock
 ``engine``; the primary holds it and has registered an endpoint and a model card; this process
 watches the endpoints, read-only, as a router would. Then ``kill -9`` of the primary:
 
@@ -43,7 +43,7 @@ class _Worker:
     def __init__(self, url: str, logical_id: str, port: int, stale_after: float, log: Path) -> None:
         self._log = log.open("wb")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.cohort_worker", url, logical_id, str(port), str(stale_after)],
+            [sys.executable, "-m", "testrigs.cohort_worker", url, logical_id, str(port), str(stale_after)],
             cwd=REPOSITORY,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

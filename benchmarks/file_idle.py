@@ -12,7 +12,7 @@ than wall time.
 * ``watcher``: another client opens ``list_and_watch(Query.endpoints())`` over them, takes its
   initial Resync and idles (it drains its watch; no event is expected).
 * ``reference`` (``--reference``): a reference-runtime worker (ai-dynamo-runtime, driven as in
-  tests/reference.py) serving one endpoint and watching it, on the same store. It is not our
+  testrigs/reference.py) serving one endpoint and watching it, on the same store. It is not our
   code, so it is measured from outside: its process CPU clock (``clock_gettime`` on the clock id
   Linux gives another process: the same user + system time ``getrusage`` sums, in nanoseconds
   rather than the 10 ms ticks of ``/proc/<pid>/stat``) over the same window.
@@ -209,7 +209,7 @@ class Child:
 
 def _reference_peer(store: Path) -> Any:
     sys.path.insert(0, str(REPOSITORY))
-    from tests.reference import RustPeer
+    from testrigs.reference import RustPeer
 
     peer = RustPeer("file", {"DYN_FILE_KV": str(store)})
     peer.call("serve", endpoint="refns.worker.generate")

@@ -23,7 +23,7 @@ import venv
 from pathlib import Path
 from typing import Any
 
-from tests.source_tree import checkout_copy
+from testrigs.source_tree import checkout_copy
 
 BACKENDS = {"none": ["file"], "etcd": ["file", "etcd"], "kube": ["file", "kube"], "all": ["file", "etcd", "kube"]}
 NOT_COUNTED = ("pip", "setuptools", "_distutils_hack", "distutils-precedence.pth", "pkg_resources")

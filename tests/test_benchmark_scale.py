@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from tests.source_tree import REPO
+from testrigs.source_tree import REPO
 
 
 def test_scale_benchmark_prints_every_number_with_the_reference_beside_ours():

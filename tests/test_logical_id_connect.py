@@ -16,6 +16,7 @@ from discovery_sync.tools import cli
 
 import discovery_sync as ds
 from discovery_sync.logical_id import ID_VARIABLE, KEY_VARIABLE, hash_key
+from testrigs.kubeconfig import write_kubeconfig
 
 KEY = "vllm-decode-7f9c8d-xk2lp"
 KEY_ID = 7575908917934716  # the reference's DefaultHasher of KEY, masked
@@ -214,13 +215,7 @@ def test_etcd_refuses_a_logical_id_before_connecting(listener, env):
 
 
 def test_kube_refuses_a_logical_id_before_contacting_the_cluster(listener, tmp_path, env):
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
-        f"clusters: [{{name: c, cluster: {{server: 'http://127.0.0.1:{listener.getsockname()[1]}'}}}}]\n"
-        "users: [{name: u, user: {token: t}}]\n"
-        "contexts: [{name: c, context: {cluster: c, user: u, namespace: default}}]\n"
-    )
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", f"http://127.0.0.1:{listener.getsockname()[1]}", token="t")
     identity = {"pod_name": "worker-0", "pod_uid": "uid-0", "ready_timeout": 0.2}
     with pytest.raises(ds.ValidationError) as caught:
         ds.connect(f"kube://?kubeconfig={kubeconfig}", logical_instance_key=KEY, **identity)

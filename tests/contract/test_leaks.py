@@ -19,7 +19,7 @@ import weakref
 import discovery_sync as ds
 from discovery_sync.live_view import LiveView
 from discovery_sync.watch import WatchFeed
-from tests.helpers import endpoint_spec, initial_state
+from testrigs.helpers import endpoint_spec, initial_state
 
 WARMUP = 500
 #: open-and-close cycles per rig after the warm-up (one cycle: a watch and a live view). Memory

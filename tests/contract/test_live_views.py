@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import discovery_sync as ds
-from tests.helpers import LogCatcher, caught_logs, endpoint_spec
+from testrigs.helpers import LogCatcher, caught_logs, endpoint_spec
 
 
 def card_spec(config: int, suffix: str | None = None, endpoint: str = "generate") -> ds.ModelSpec:

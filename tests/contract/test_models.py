@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import discovery_sync as ds
-from tests.helpers import assert_quiet, ids, initial_state, model_spec, next_event, race_conflicting_models
+from testrigs.helpers import assert_quiet, ids, initial_state, model_spec, next_event, race_conflicting_models
 
 
 def test_a_different_model_on_the_same_endpoint_is_refused(rig):

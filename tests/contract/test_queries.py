@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import discovery_sync as ds
-from tests.helpers import endpoint_spec, ids, initial_state, model_spec
+from testrigs.helpers import endpoint_spec, ids, initial_state, model_spec
 
 LAYOUT = [
     ("ns", "backend", "generate"),

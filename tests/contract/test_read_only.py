@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import discovery_sync as ds
-from tests.helpers import endpoint_spec, initial_state, model_spec, next_event
+from testrigs.helpers import endpoint_spec, initial_state, model_spec, next_event
 
 SCOPE = ds.EventScope.for_component("ns", "backend")
 

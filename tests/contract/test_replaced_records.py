@@ -6,7 +6,7 @@ of every client shows the new value at each quiet moment, and a watch sees ``Rem
 from __future__ import annotations
 
 import discovery_sync as ds
-from tests.helpers import assert_quiet, fold, initial_state, model_spec, next_event
+from testrigs.helpers import assert_quiet, fold, initial_state, model_spec, next_event
 
 SWAPS = 20  # on the sshfs rig 1: each swap may wait out mount B's 21 s attribute cache
 SCOPE = ds.EventScope.for_component("ns", "backend")

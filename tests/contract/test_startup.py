@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import discovery_sync as ds
-from tests.helpers import assert_quiet, endpoint_spec, ids, initial_state, model_spec, next_event
+from testrigs.helpers import assert_quiet, endpoint_spec, ids, initial_state, model_spec, next_event
 
 
 def test_empty_watch_yields_one_empty_resync_then_nothing(rig):

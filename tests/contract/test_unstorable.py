@@ -12,7 +12,7 @@ import pytest
 
 import discovery_sync as ds
 from discovery_sync.jsonsafe import MAX_DEPTH
-from tests.helpers import endpoint_spec, model_spec
+from testrigs.helpers import endpoint_spec, model_spec
 
 ALL_QUERIES = [ds.Query.endpoints(), ds.Query.models(), ds.Query.event_channels(), ds.Query.event_sources()]
 FIELD = r'card_json\["runtime_config"\]\["x"\]'

@@ -7,7 +7,7 @@ import pytest
 from discovery_sync.backends.memory import MemoryDiscovery, MemoryRegistry
 
 import discovery_sync as ds
-from tests.helpers import model_spec
+from testrigs.helpers import model_spec
 
 
 class PeerWritesDuringCreate(MemoryDiscovery):

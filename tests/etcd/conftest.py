@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
 
 @pytest.fixture
-def prefix(request: pytest.FixtureRequest) -> str:
-    """A key prefix of this test's own, named after its module, so tests share one etcd safely."""
-    module = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_etcd_")
-    return f"{module}-{uuid.uuid4().hex}"
+def prefix(etcd_prefix: str) -> str:
+    """A key prefix of this test's own (tests/conftest.py's ``etcd_prefix``), so tests share one etcd safely."""
+    return etcd_prefix

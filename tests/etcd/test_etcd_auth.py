@@ -8,8 +8,8 @@ import pytest
 import requests
 
 import discovery_sync as ds
-from tests.etcd_server import EtcdServer
-from tests.helpers import endpoint_spec, next_event
+from testrigs.etcd_server import EtcdServer
+from testrigs.helpers import endpoint_spec, next_event
 
 
 @pytest.fixture(scope="module")

@@ -11,9 +11,16 @@ import time
 import pytest
 
 import discovery_sync as ds
-from tests.helpers import endpoint_spec, fold, fold_until_resynced, initial_state, next_event, race_conflicting_models
-from tests.peer import Peer
-from tests.tcp_proxy import TcpProxy
+from testrigs.file_peer import Peer
+from testrigs.helpers import (
+    endpoint_spec,
+    fold,
+    fold_until_resynced,
+    initial_state,
+    next_event,
+    race_conflicting_models,
+)
+from testrigs.tcp_proxy import TcpProxy
 
 TTL = 2
 

@@ -15,7 +15,6 @@ import json
 import resource
 import socket
 import threading
-import time
 import weakref
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -27,7 +26,8 @@ from discovery_sync.backends.etcd.wire import EtcdGateway, parse_watch_result
 
 import discovery_sync as ds
 from discovery_sync.errors import DiscoveryError
-from tests.helpers import endpoint_spec, fold, initial_state, next_event
+from testrigs.helpers import endpoint_spec, fold, initial_state, next_event
+from testrigs.waiting import wait_until
 
 TTL = 2
 WAIT = 15.0  # seconds any awaited condition may take before the test fails
@@ -208,15 +208,6 @@ def fast_watch_backoff(monkeypatch) -> None:
     monkeypatch.setattr(watcher_module, "BACKOFF_MAX", 0.05)
 
 
-def wait_until(condition: Callable[[], bool], what: str) -> None:
-    """Poll ``condition`` (a status that has no event to wait on) until it holds."""
-    deadline = time.monotonic() + WAIT
-    pause = threading.Event()
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        pause.wait(0.02)
-
-
 def follow(watch: ds.Watch, state: dict, expected: dict) -> dict:
     """Consume events until the watch describes ``expected``."""
     while state != expected:
@@ -372,13 +363,13 @@ def test_the_keep_alive_outlives_nonsense_longer_than_the_ttl_and_recovers_the_l
         with observer.list_and_watch(ds.Query.endpoints()) as watch:
             initial_state(watch)
             proxy.answer(EVERYTHING)
-            wait_until(lambda: not client.status()["connected"], "the client is disconnected")
+            wait_until(lambda: not client.status()["connected"], "the client is disconnected", timeout=WAIT)
             assert isinstance(next_event(watch, timeout=TTL + 5), ds.Removed)  # etcd expired the lease
             proxy.wait_answered(5)
             assert client._lease._thread.is_alive()
             proxy.forward()
             assert next_event(watch, timeout=WAIT) == ds.Added(endpoint)  # written back
-        wait_until(lambda: client.status()["connected"], "the client is connected again")
+        wait_until(lambda: client.status()["connected"], "the client is connected again", timeout=WAIT)
         status = client.status()
         assert (client.instance_id, status["lease_id"], status["lease_losses"]) == (lease_id, lease_id, 1)
         assert observer.list(ds.Query.endpoints()) == [endpoint]
@@ -401,8 +392,8 @@ def test_the_keep_alive_outlives_an_unexpected_exception(direct_url, monkeypatch
             return keepalive(lease_id)
 
         monkeypatch.setattr(client.gateway, "lease_keepalive", flaky)
-        wait_until(lambda: not client.status()["connected"], "the injected error is seen")
-        wait_until(lambda: client.status()["connected"], "the keep-alive succeeds again")
+        wait_until(lambda: not client.status()["connected"], "the injected error is seen", timeout=WAIT)
+        wait_until(lambda: client.status()["connected"], "the keep-alive succeeds again", timeout=WAIT)
         assert client._lease._thread.is_alive()
         # two missed renewals may outlast the 2 s TTL: then the lease was recovered
         assert (client.instance_id, client.list(ds.Query.endpoints())) == (lease_id, [endpoint])

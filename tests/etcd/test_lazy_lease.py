@@ -22,7 +22,8 @@ from discovery_sync.backends.etcd import EtcdDiscovery
 from discovery_sync.backends.etcd.wire import failure_cause
 
 import discovery_sync as ds
-from tests.helpers import endpoint_spec, initial_state, model_spec, next_event
+from testrigs.helpers import endpoint_spec, initial_state, model_spec, next_event
+from testrigs.net import free_port
 
 WAIT = 10.0  # seconds a thread may take to arrive where a test waits for it
 
@@ -47,9 +48,7 @@ def leases(etcd_server):
 @pytest.fixture
 def closed_port() -> int:
     """A loopback port nobody listens on (bound, read, closed)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return free_port()
 
 
 @pytest.fixture

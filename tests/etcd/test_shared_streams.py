@@ -9,15 +9,23 @@ from __future__ import annotations
 import logging
 import socket
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 from discovery_sync.backends.etcd import watcher as watcher_module
 
 import discovery_sync as ds
-from tests.helpers import caught_logs, endpoint_spec, fold, fold_until_resynced, initial_state, model_spec, next_event
-from tests.tcp_proxy import TcpProxy, _close
+from testrigs.helpers import (
+    caught_logs,
+    endpoint_spec,
+    fold,
+    fold_until_resynced,
+    initial_state,
+    model_spec,
+    next_event,
+)
+from testrigs.tcp_proxy import TcpProxy, _close
+from testrigs.waiting import wait_until
 
 WAIT = 10.0
 
@@ -97,13 +105,6 @@ def uncaught(escaped: list[threading.ExceptHookArgs]) -> Iterator[list[threading
 
 def watch_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("discovery-sync-etcd-watch")]
-
-
-def wait_until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        time.sleep(0.02)
 
 
 def drain(watch: ds.Watch) -> list[ds.DiscoveryEvent]:

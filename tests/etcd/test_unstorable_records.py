@@ -9,7 +9,7 @@ import pytest
 
 import discovery_sync as ds
 from discovery_sync.jsonsafe import MAX_DEPTH
-from tests.helpers import assert_quiet, caught_logs, initial_state
+from testrigs.helpers import assert_quiet, caught_logs, initial_state
 from tests.unstorable import ORJSON_MAX_DEPTH, deep_model
 
 TOO_DEEP = f"more than {MAX_DEPTH} levels deep"

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 from discovery_sync.backends.file.backend import FileDiscovery
 
+from testrigs.helpers import LogCatcher, caught_logs
 from tests.file.disks import disk  # noqa: F401  (a fixture of this package's tests)
-from tests.helpers import LogCatcher, caught_logs
 
 
 @pytest.fixture

@@ -15,8 +15,8 @@ from discovery_sync.backends.file.names import record_name
 from discovery_sync.backends.file.wire import touch_written
 
 import discovery_sync as ds
+from testrigs.helpers import assert_quiet, endpoint_spec, initial_state, model_spec, next_event
 from tests.file.junk import make_fifo
-from tests.helpers import assert_quiet, endpoint_spec, initial_state, model_spec, next_event
 
 LOGICAL_ID = 0xC0FFEE
 TTL = 3.0  # heartbeat every second

@@ -23,7 +23,7 @@ from discovery_sync.backends.file.softlock import MARKER_SIZE, marker_bytes
 
 import discovery_sync as ds
 from discovery_sync.failover import LOCK_THREAD, FailoverLock, MemoryFailoverLock, check_lock_name
-from tests.helpers import LogCatcher, caught_logs, in_thread
+from testrigs.helpers import LogCatcher, caught_logs, in_thread
 
 REPO = Path(__file__).resolve().parents[2]
 WAIT = 10.0  # a bound for what should take milliseconds: only a failing test waits it out

@@ -1,5 +1,5 @@
 """Failover of a cohort with real processes and real signals (docs/design.md §4.1): a primary and a
-standby (``tests/cohort_worker.py``) share one logical id and the failover lock ``engine``; this
+standby (``testrigs/cohort_worker.py``) share one logical id and the failover lock ``engine``; this
 process watches, as the routers of the worker would."""
 
 from __future__ import annotations
@@ -20,20 +20,20 @@ from discovery_sync.backends.file.names import record_name
 
 import discovery_sync as ds
 from discovery_sync.logical_id import hash_key
-from tests.helpers import assert_quiet, initial_state, next_event
+from testrigs.helpers import assert_quiet, initial_state, next_event
 
 REPO = Path(__file__).resolve().parents[2]
 LOGICAL_ID = 0x7E57
 
 
 class Worker:
-    """A ``tests.cohort_worker`` process and the JSON lines it reports."""
+    """A ``testrigs.cohort_worker`` process and the JSON lines it reports."""
 
     def __init__(self, url: str, port: int, log: Path, stale_after: float = 10.0) -> None:
         self.port = port
         self._log = log.open("wb")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.cohort_worker", url, str(LOGICAL_ID), str(port), str(stale_after)],
+            [sys.executable, "-m", "testrigs.cohort_worker", url, str(LOGICAL_ID), str(port), str(stale_after)],
             cwd=REPO,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

@@ -19,7 +19,7 @@ import pytest
 from discovery_sync.backends.file.softlock import MARKER_SIZE, SoftLocks, marker_bytes
 
 import discovery_sync as ds
-from tests.helpers import endpoint_spec, model_spec
+from testrigs.helpers import endpoint_spec, model_spec
 
 BUCKETS = ("instances", "mdc", "event_channels", "event_sources")
 HELD_STALE = 0.4  # the holder rewrites its marker every 0.1 s

@@ -27,6 +27,7 @@ from discovery_sync.backends.file.names import printable, record_name
 from discovery_sync.tools.cli import main as cli_main
 
 import discovery_sync as ds
+from testrigs.helpers import assert_quiet, endpoint_spec, initial_state, model_spec, next_event
 from tests.file.junk import (
     OLD,
     Outside,
@@ -41,7 +42,6 @@ from tests.file.junk import (
     within,
 )
 from tests.file.unprivileged import UnprivilegedClient
-from tests.helpers import assert_quiet, endpoint_spec, initial_state, model_spec, next_event
 
 TTL = 2.0
 RESCAN = 0.2

@@ -52,8 +52,8 @@ from hypothesis import strategies as st
 
 import discovery_sync as ds
 from discovery_sync.taints import with_taints
+from testrigs.helpers import initial_state
 from tests.file.junk import Outside, within
-from tests.helpers import initial_state
 
 TTL = 2.0
 RESCAN = 0.2

@@ -26,8 +26,8 @@ from discovery_sync.backends.file.view import BucketView
 
 import discovery_sync as ds
 from discovery_sync.identity import RecordKind
+from testrigs.helpers import assert_quiet, endpoint_spec, initial_state, next_event
 from tests.file.junk import hand_written
-from tests.helpers import assert_quiet, endpoint_spec, initial_state, next_event
 
 
 def connect(store: Path, **options: object) -> ds.Discovery:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import discovery_sync as ds
-from tests.helpers import LogCatcher, endpoint_spec, in_thread
+from testrigs.helpers import LogCatcher, endpoint_spec, in_thread
 
 PROMPTLY = 2.0  # a lease that waits for no store call is done within this
 RETRY_BOUND = 6.0  # the longest wait between two attempts of a release (5 s, +20 % jitter)

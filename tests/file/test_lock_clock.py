@@ -20,7 +20,7 @@ from discovery_sync.backends.file.softlock import SoftLocks
 
 from discovery_sync.errors import LockTimeout
 from discovery_sync.testing import ManualClock
-from tests.helpers import in_thread
+from testrigs.helpers import in_thread
 
 WAIT = 10.0  # real seconds: only a failing test waits them out
 

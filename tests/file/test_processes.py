@@ -9,8 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 import orjson
 
 import discovery_sync as ds
-from tests.helpers import initial_state
-from tests.peer import Peer
+from testrigs.file_peer import Peer
+from testrigs.helpers import initial_state
 
 TTL = 2.0
 RESCAN = 0.25

@@ -14,8 +14,8 @@ import pytest
 from discovery_sync.backends.file import FileDiscovery
 
 import discovery_sync as ds
+from testrigs.helpers import assert_quiet, caught_logs, endpoint_spec, initial_state, model_spec, next_event
 from tests.file.junk import hand_written, our_threads
-from tests.helpers import assert_quiet, caught_logs, endpoint_spec, initial_state, model_spec, next_event
 
 TTL = 1.0  # the shortest the store accepts: dead records are judged within seconds
 RESCAN = 0.1

@@ -20,8 +20,8 @@ from discovery_sync.backends.file.view import BucketView
 from discovery_sync.testing import ManualClock
 
 import discovery_sync as ds
+from testrigs.helpers import assert_quiet, endpoint_spec, initial_state, next_event
 from tests.file.junk import hand_written
-from tests.helpers import assert_quiet, endpoint_spec, initial_state, next_event
 
 TTL = 2.0
 RESCAN = 0.2

@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 
 import discovery_sync as ds
+from testrigs.helpers import caught_logs, endpoint_spec, fold, initial_state
 from tests.file.disks import SmallDisk
-from tests.helpers import caught_logs, endpoint_spec, fold, initial_state
 
 TTL = 1.0  # heartbeats every 0.33 s: a store that refuses them for 3 s kills every record by the clock
 OUTAGE = 3 * TTL

@@ -16,7 +16,7 @@ from discovery_sync.backends.file.softlock import SoftLocks
 from discovery_sync.backends.file.sweep import Sweeper
 
 import discovery_sync as ds
-from tests.helpers import LogCatcher, endpoint_spec, initial_state, next_event
+from testrigs.helpers import LogCatcher, endpoint_spec, initial_state, next_event
 
 WAIT = 10.0
 TTL = 2.0

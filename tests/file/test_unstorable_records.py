@@ -10,7 +10,7 @@ import pytest
 
 import discovery_sync as ds
 from discovery_sync.jsonsafe import MAX_DEPTH
-from tests.helpers import assert_quiet, initial_state, model_spec
+from testrigs.helpers import assert_quiet, initial_state, model_spec
 from tests.unstorable import ORJSON_MAX_DEPTH, deep_model, model_file_name
 
 TTL = 30.0  # no hand-written record dies during a test

@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 
 import discovery_sync as ds
-from tests.helpers import LogCatcher
+from testrigs.helpers import LogCatcher
 
 REPO = Path(__file__).resolve().parents[2]
 DROPPED = "-dac_override,-dac_read_search,-fowner"

@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import discovery_sync as ds
+from testrigs.kubeconfig import write_kubeconfig
 
 CLOSED_PORT = 1  # nothing listens on tcpmux on a test machine
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -46,14 +47,7 @@ def sandbox() -> Iterator[Path]:
 
 @pytest.fixture(scope="module")
 def kubeconfig(sandbox: Path) -> Path:
-    config = sandbox / "kubeconfig"
-    config.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
-        f"clusters: [{{name: c, cluster: {{server: 'http://127.0.0.1:{CLOSED_PORT}'}}}}]\n"
-        "users: [{name: u, user: {token: t}}]\n"
-        "contexts: [{name: c, context: {cluster: c, user: u, namespace: default}}]\n"
-    )
-    return config
+    return write_kubeconfig(sandbox / "kubeconfig", f"http://127.0.0.1:{CLOSED_PORT}", token="t")
 
 
 def options_of(names: list[str]) -> st.SearchStrategy[dict[str, str]]:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.reference import RustPeer
+from testrigs.reference import RustPeer
 
 
 @pytest.fixture

@@ -16,8 +16,8 @@ import socket
 import subprocess
 import threading
 
-from tests.reference import loopback_namespace_prefix
-from tests.tcp_proxy import TcpProxy
+from testrigs.reference import loopback_namespace_prefix
+from testrigs.tcp_proxy import TcpProxy
 
 CLONE_NEWNET = 0x40000000
 

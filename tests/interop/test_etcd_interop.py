@@ -9,7 +9,7 @@ import pytest
 from discovery_sync.backends.etcd.wire import EtcdGateway
 
 import discovery_sync as ds
-from tests.helpers import next_event
+from testrigs.helpers import next_event
 
 RUST_LEASE_TTL = 3
 
@@ -21,6 +21,11 @@ def namespace() -> str:
 
 @pytest.fixture
 def etcd_url(etcd_server) -> str:
+    """The session's etcd with NO key prefix, unlike every other test on it (tests/conftest.py's
+    ``etcd_prefix``): the reference runtime has no prefix, and these tests check that we read and
+    write its exact keys (v1/instances/...). Each test keeps to a ``namespace`` of its own; a killed
+    reference peer's records stay until its lease (RUST_LEASE_TTL) expires, under keys no prefixed
+    client sees."""
     return f"etcd://127.0.0.1:{etcd_server.client_port}"  # no prefix: the reference's keys exactly
 
 

@@ -7,7 +7,7 @@ import time
 import pytest
 
 import discovery_sync as ds
-from tests.helpers import initial_state, next_event
+from testrigs.helpers import initial_state, next_event
 
 ENDPOINT = "pyns.backend.generate"
 # reference workers heartbeat every 3.33 s and are dead for us after 10 s without one,

@@ -1,6 +1,6 @@
 """A reference-runtime 1.6.1 worker and a discovery-sync client on one Kubernetes namespace.
 
-There is no real cluster: both talk to the in-process fake API server (``tests.kube_fake``) over
+There is no real cluster: both talk to the in-process fake API server (``testrigs.kube_fake``) over
 plain HTTP on loopback, the reference through ``KUBECONFIG`` with kube-rs, we through the official
 client. Every worker runs as a ready pod of the fake (``POD_NAME``/``POD_UID``), whose
 EndpointSlice the fake keeps as the EndpointSlice controller would.
@@ -17,11 +17,12 @@ import pytest
 from discovery_sync.backends.kube import instance_id_for
 
 import discovery_sync as ds
-from tests.helpers import initial_state, next_event
+from testrigs.helpers import initial_state, next_event
+from testrigs.kube_fake import AUTO_SLICE_NAME, ENDPOINT_SLICES, PODS, WORKER_METADATA, FakeKubeServer, RecordedRequest
+from testrigs.reference import PeerError, RustPeer
+from testrigs.waiting import wait_until
 from tests.interop.netns import LoopbackNamespace
 from tests.kube.rig import connect_pod
-from tests.kube_fake import AUTO_SLICE_NAME, ENDPOINT_SLICES, PODS, WORKER_METADATA, FakeKubeServer, RecordedRequest
-from tests.reference import PeerError, RustPeer
 
 ENDPOINT = "pyns.backend.generate"
 WAIT = 10.0  # bound on every wait for something that must happen
@@ -105,13 +106,6 @@ def is_watch(request: RecordedRequest, path: str = CR_PATH) -> bool:
     return request.method == "GET" and request.path == path and request.query.get("watch") == "true"
 
 
-def eventually(condition: Callable[[], bool], what: str, timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {timeout:g} s: {what}"
-        time.sleep(0.01)  # the store state polled has no notification of its own
-
-
 def endpoints_in_cr(server: FakeKubeServer, cr_name: str) -> dict:
     cr = server.get(WORKER_METADATA, cr_name) or {}
     return (cr.get("spec") or {}).get("data", {}).get("endpoints", {})
@@ -125,7 +119,9 @@ def serve(peer: RustPeer, server: FakeKubeServer, pod_name: str) -> int:
     instance_id = peer.call("serve", endpoint=ENDPOINT)["instance_id"]
     key = f"pyns/backend/generate/{instance_id:x}"
     try:  # in the background: it took over 10 s in one of three full runs on a slow machine
-        eventually(lambda: key in endpoints_in_cr(server, pod_name), f"{key} in the CR {pod_name}", SLOW_WAIT)
+        wait_until(
+            lambda: key in endpoints_in_cr(server, pod_name), f"{key} in the CR {pod_name}", SLOW_WAIT, interval=0.01
+        )
     except AssertionError as exc:
         requests = [f"{r.method} {r.path} {r.query}" for r in server.requests][-20:]
         raise AssertionError(f"{exc}\nthe fake's last requests:\n" + "\n".join(requests) + f"\n{peer.log()}") from None
@@ -209,7 +205,12 @@ def test_the_reference_reads_our_whole_cr_or_nothing_of_it(client, rust_kube_pee
     hidden = late.call("wait_ids", endpoint=ENDPOINT, present=[ours.instance_id], timeout=QUIET)
     assert not hidden["seen"], hidden
     for peer in (late, early):
-        eventually(lambda peer=peer: "unknown variant `http`" in peer.log(), "the reference's warning about our CR")
+        wait_until(
+            lambda peer=peer: "unknown variant `http`" in peer.log(),
+            "the reference's warning about our CR",
+            WAIT,
+            interval=0.01,  # the store state polled has no notification of its own
+        )
     assert early.call("ids", endpoint=ENDPOINT)["ids"] == [ours.instance_id]  # its last valid version
 
     client.unregister(http)

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 import discovery_sync as ds
+from testrigs.reference import RustPeer
 from tests.netfs.agents import NAMESPACE, Agent
-from tests.reference import RustPeer
 
 TTLS = (1, 3, 10, 30)
 DURATION = 120.0

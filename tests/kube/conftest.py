@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 import discovery_sync as ds
+from testrigs.kube_fake import FakeKubeServer
 from tests.kube.rig import connect_pod
-from tests.kube_fake import FakeKubeServer
 
 WAIT = 10.0  # bound on every wait for something that must happen
 

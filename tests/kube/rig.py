@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 import discovery_sync as ds
+from testrigs.kube_fake import FakeKubeServer
 from tests.contract.conftest import StoreRig
-from tests.kube_fake import FakeKubeServer
 
 
 @dataclass

@@ -7,8 +7,8 @@ import os
 import pytest
 
 import discovery_sync as ds
-from tests.helpers import endpoint_spec
-from tests.kube_fake import WORKER_METADATA
+from testrigs.helpers import endpoint_spec
+from testrigs.kube_fake import WORKER_METADATA
 
 
 @pytest.mark.skipif(os.path.exists("/etc/podinfo"), reason="this host has Downward-API files of its own")

@@ -9,7 +9,7 @@ import pytest
 from discovery_sync.backends.kube.view import THREAD_NAME, State
 
 import discovery_sync as ds
-from tests.helpers import endpoint_spec, initial_state
+from testrigs.helpers import endpoint_spec, initial_state
 
 SLICES = "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices"
 CRS = "/apis/nvidia.com/v1alpha1/namespaces/default/dynamoworkermetadatas"

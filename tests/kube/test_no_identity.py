@@ -10,12 +10,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 import discovery_sync as ds
-from tests.helpers import endpoint_spec, initial_state, model_spec, next_event
+from testrigs.helpers import endpoint_spec, initial_state, model_spec, next_event
+from testrigs.kube_fake import WORKER_METADATA
+from testrigs.kubeconfig import write_kubeconfig
 from tests.kube.rig import connect_reader
-from tests.kube_fake import WORKER_METADATA
 
 POD_VARIABLES = ("POD_NAME", "POD_UID", "POD_NAMESPACE", "DYN_KUBE_DISCOVERY_MODE", "CONTAINER_NAME")
 
@@ -143,27 +143,11 @@ def test_the_rig_reader_has_no_identity(server, kubeconfig, clients):
 # -- namespace -----------------------------------------------------------------------------------
 
 
-def kubeconfig_with(path: Path, server_url: str, namespace: str | None) -> Path:
-    context: dict[str, str] = {"cluster": "c", "user": "u"}
-    if namespace is not None:
-        context["namespace"] = namespace
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "c", "cluster": {"server": server_url}}],
-        "users": [{"name": "u", "user": {}}],
-        "contexts": [{"name": "ctx", "context": context}],
-        "current-context": "ctx",
-    }
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
 def test_the_namespace_comes_from_option_then_pod_namespace_then_the_context_then_default(
     server, tmp_path, no_pod_environment, monkeypatch, clients
 ):
-    with_context = kubeconfig_with(tmp_path / "with-context", server.url, "from-context")
-    without = kubeconfig_with(tmp_path / "without", server.url, None)
+    with_context = write_kubeconfig(tmp_path / "with-context", server.url, namespace="from-context")
+    without = write_kubeconfig(tmp_path / "without", server.url, namespace=None)
 
     def namespace(kubeconfig: Path, **options) -> str:
         client = ds.connect(
@@ -185,7 +169,7 @@ def test_the_namespace_comes_from_option_then_pod_namespace_then_the_context_the
 
 def test_an_identified_client_writes_in_the_context_namespace_too(server, tmp_path, no_pod_environment, clients):
     uid = server.create_pod("worker-0", namespace="team-a")["metadata"]["uid"]
-    kubeconfig = kubeconfig_with(tmp_path / "kubeconfig", server.url, "team-a")
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", server.url, namespace="team-a")
     client = ds.connect(
         "kube://", kubeconfig=str(kubeconfig), podinfo_dir=str(no_pod_environment), pod_name="worker-0", pod_uid=uid
     )
@@ -240,7 +224,7 @@ def silent_server() -> Iterator[str]:
 def test_a_server_that_never_answers_fails_a_request_within_request_timeout(
     silent_server, tmp_path, no_pod_environment
 ):
-    kubeconfig = kubeconfig_with(tmp_path / "kubeconfig", silent_server, None)
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", silent_server, namespace=None)
     with ds.connect(
         "kube://", kubeconfig=str(kubeconfig), podinfo_dir=str(no_pod_environment), request_timeout=1, ready_timeout=5
     ) as client:
@@ -260,7 +244,7 @@ def test_a_server_that_never_answers_fails_a_request_within_request_timeout(
 def test_a_write_to_a_server_that_never_answers_is_bounded_by_write_timeout_and_request_timeout(
     silent_server, tmp_path, no_pod_environment
 ):
-    kubeconfig = kubeconfig_with(tmp_path / "kubeconfig", silent_server, None)
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", silent_server, namespace=None)
     with ds.connect(
         "kube://",
         kubeconfig=str(kubeconfig),

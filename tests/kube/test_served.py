@@ -8,7 +8,7 @@ from discovery_sync.backends.kube.layout import spec_data
 from discovery_sync.backends.kube.liveness import is_served, update_entry
 from discovery_sync.backends.kube.served import ServedSet
 
-from tests.helpers import endpoint_spec
+from testrigs.helpers import endpoint_spec
 from tests.kube.test_view_rules import cr, served_records
 
 WORKERS = ["a", "b", "c", "mine"]

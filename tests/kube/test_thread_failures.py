@@ -11,7 +11,7 @@ from discovery_sync.backends.kube.view import KubeDaemon, State
 from discovery_sync.backends.kube.wire import KubeApi
 
 import discovery_sync as ds
-from tests.helpers import LogCatcher, initial_state
+from testrigs.helpers import LogCatcher, initial_state
 
 WAIT = 10.0
 

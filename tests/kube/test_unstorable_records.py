@@ -9,8 +9,8 @@ import orjson
 
 import discovery_sync as ds
 from discovery_sync.jsonsafe import MAX_DEPTH
-from tests.helpers import assert_quiet, caught_logs, initial_state, model_spec
-from tests.kube_fake import WORKER_METADATA
+from testrigs.helpers import assert_quiet, caught_logs, initial_state, model_spec
+from testrigs.kube_fake import WORKER_METADATA
 from tests.unstorable import deep_model
 
 TOO_DEEP = f"more than {MAX_DEPTH} levels deep"

@@ -7,8 +7,8 @@ import json
 import pytest
 
 import discovery_sync as ds
-from tests.helpers import assert_quiet, endpoint_spec, ids, initial_state, model_spec, next_event
-from tests.kube_fake import WORKER_METADATA
+from testrigs.helpers import assert_quiet, endpoint_spec, ids, initial_state, model_spec, next_event
+from testrigs.kube_fake import WORKER_METADATA
 from tests.unit.test_fixture import FIXTURES
 
 FIXTURE = FIXTURES / "legacy_v1_2_worker_metadata.json"

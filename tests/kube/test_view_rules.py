@@ -21,7 +21,7 @@ from discovery_sync.backends.kube.wire import Resource
 
 from discovery_sync.identity import DiscoveryInstanceId
 from discovery_sync.model import DiscoveryInstance
-from tests.helpers import endpoint_spec, model_spec
+from testrigs.helpers import endpoint_spec, model_spec
 
 
 def cr(name: str, rv: int, data: Any, uid: str = "cr-uid", owner: str | None = "pod-uid") -> dict[str, Any]:

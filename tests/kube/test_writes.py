@@ -10,8 +10,8 @@ import pytest
 from discovery_sync.backends.kube.identity import instance_id_for
 
 import discovery_sync as ds
-from tests.helpers import endpoint_spec, model_spec
-from tests.kube_fake import WORKER_METADATA
+from testrigs.helpers import endpoint_spec, model_spec
+from testrigs.kube_fake import WORKER_METADATA
 
 CR_PATH = "/apis/nvidia.com/v1alpha1/namespaces/default/dynamoworkermetadatas"
 EMPTY = {"endpoints": {}, "model_cards": {}, "event_channels": {}, "event_sources": {}}

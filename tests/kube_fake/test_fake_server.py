@@ -18,7 +18,7 @@ import pytest
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
-from tests.kube_fake import AUTO_SLICE_NAME, DISCOVERY_LABEL, FakeKubeServer
+from testrigs.kube_fake import AUTO_SLICE_NAME, DISCOVERY_LABEL, FakeKubeServer
 
 GROUP, VERSION, PLURAL = "nvidia.com", "v1alpha1", "dynamoworkermetadatas"
 CR_PATH = f"/apis/{GROUP}/{VERSION}/namespaces/default/{PLURAL}"

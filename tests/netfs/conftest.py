@@ -4,7 +4,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.netfs.sshfs_rig import DEBIAN_PACKAGES, SshfsRig, missing_tools
+from testrigs.sshfs import DEBIAN_PACKAGES, SshfsRig, missing_tools
 
 
 def require_sshfs() -> None:

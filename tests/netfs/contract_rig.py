@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 import discovery_sync as ds
+from testrigs.sshfs import CACHE_OFF, SshfsRig
 from tests.contract.conftest import EVENT_TIMEOUT, StoreRig
-from tests.netfs.sshfs_rig import CACHE_OFF, SshfsRig
 
 B_CACHE_OPTIONS = os.environ.get("DISCOVERY_SYNC_CONTRACT_SSHFS_B", "")
 CACHE_WINDOW = 0.0 if B_CACHE_OPTIONS == CACHE_OFF else 21.0  # sshfs's 20 s plus the kernel's 1 s

@@ -17,8 +17,8 @@ import orjson
 import pytest
 
 import discovery_sync as ds
+from testrigs.sshfs import SshfsRig
 from tests.file.test_softlock import start_holder
-from tests.netfs.sshfs_rig import SshfsRig
 
 REPO = Path(__file__).resolve().parents[2]
 STALE = 2.0

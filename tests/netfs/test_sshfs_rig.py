@@ -26,7 +26,7 @@ import pytest
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers.inotify import InotifyObserver
 
-from tests.netfs.sshfs_rig import SshfsRig, SshfsRigError, sshfs_mounts
+from testrigs.sshfs import SshfsRig, SshfsRigError, sshfs_mounts
 
 
 @dataclass

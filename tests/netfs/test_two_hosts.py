@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 import discovery_sync as ds
+from testrigs.sshfs import SshfsRig
 from tests.netfs.agents import NAMESPACE, Agent, WatchLog
-from tests.netfs.sshfs_rig import SshfsRig
 
 # What mount B's default caches may hide of another host's change: sshfs keeps listings and
 # attributes 20 s (dcache_timeout), the kernel 1 s more (attr_timeout, entry_timeout).

@@ -4,7 +4,6 @@ read-only commands that write nothing; failing fast with --timeout. Every store 
 from __future__ import annotations
 
 import re
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -13,6 +12,7 @@ import orjson
 import pytest
 
 import discovery_sync as ds
+from testrigs.net import free_port
 from tests.tools import SPEC
 from tests.tools.terminal import Terminal, command, environment, run_in_terminal
 
@@ -188,14 +188,8 @@ def test_read_only_commands_create_no_store_directory(tmp_path, args):
     assert not (tmp_path / "missing").exists()
 
 
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_timeout_bounds_a_store_that_does_not_answer():
-    port = closed_port()
+    port = free_port()  # closed: nothing listens on it
     started = time.monotonic()
     result = piped("list", "--url", f"etcd://127.0.0.1:{port}", "--timeout", "1")
     elapsed = time.monotonic() - started
@@ -204,6 +198,12 @@ def test_timeout_bounds_a_store_that_does_not_answer():
     (line,) = result.stderr.splitlines()
     assert line.startswith("discovery-sync: error: ") and f"127.0.0.1:{port}" in line
     assert "urllib3" not in line and "object at 0x" not in line
+
+
+def etcd_url(server, prefix: str) -> str:
+    """The session's etcd, keys under this test's own prefix: no other test's records are seen (the
+    watch's first event is the Resync of an empty view, whatever other tests left behind)."""
+    return f"etcd://127.0.0.1:{server.client_port}/{prefix}"
 
 
 def leases(server) -> set[str]:
@@ -215,19 +215,19 @@ def leases(server) -> set[str]:
 
 
 @pytest.mark.parametrize("args", [["list"], ["get", "v1/instances/a/b/c/1"], ["doctor"]])
-def test_read_only_commands_grant_no_etcd_lease(etcd_server, args):
+def test_read_only_commands_grant_no_etcd_lease(etcd_server, etcd_prefix, args):
     """(A lease granted and revoked at exit would not show here: the watch below is checked while it runs.)"""
     before = leases(etcd_server)
-    result = piped(*args, "--url", "etcd://" + etcd_server.url.removeprefix("http://"))
+    result = piped(*args, "--url", etcd_url(etcd_server, etcd_prefix))
     assert result.returncode in (0, 1), result.stderr
     assert "Traceback" not in result.stderr
     assert leases(etcd_server) <= before
 
 
-def test_a_running_etcd_watch_holds_no_lease(etcd_server):
+def test_a_running_etcd_watch_holds_no_lease(etcd_server, etcd_prefix):
     before = leases(etcd_server)
     watch = subprocess.Popen(
-        command("watch", "--url", "etcd://" + etcd_server.url.removeprefix("http://")),
+        command("watch", "--url", etcd_url(etcd_server, etcd_prefix)),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -12,7 +12,7 @@ import pytest
 
 import discovery_sync as ds
 from discovery_sync.events import Resync
-from tests.helpers import caught_logs, endpoint_spec
+from testrigs.helpers import caught_logs, endpoint_spec
 
 WAIT = 10.0
 

@@ -8,7 +8,7 @@ import threading
 from discovery_sync.periodic import PeriodicThread
 from discovery_sync.retry import Retry
 from discovery_sync.threads import start_thread
-from tests.helpers import LogCatcher
+from testrigs.helpers import LogCatcher
 
 WAIT = 10.0
 

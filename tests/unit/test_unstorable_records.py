@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 import discovery_sync as ds
 from discovery_sync.jsonsafe import MAX_DEPTH
 from discovery_sync.model import stored_form
+from testrigs.helpers import caught_logs
 from tests.fuzz.strategies import FUZZ, json_text, json_values, only_discovery_errors
-from tests.helpers import caught_logs
 from tests.unstorable import ORJSON_MAX_DEPTH, deep_model, model_file_name
 
 TOO_DEEP = f"more than {MAX_DEPTH} levels deep"

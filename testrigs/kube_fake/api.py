@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from . import resources as res
 from . import status as st
@@ -21,6 +21,15 @@ STRATEGIC = "application/strategic-merge-patch+json"
 DEFAULT_WATCH_TIMEOUT = 1800.0
 
 
+class Headers(Protocol):
+    """A request's headers: the ``email.message.Message`` the HTTP server parsed (looked up without
+    regard to case), or a plain mapping."""
+
+    def get(self, name: str, /) -> str | None: ...
+
+    def items(self) -> Iterable[tuple[str, str]]: ...
+
+
 @dataclass
 class Request:
     """One HTTP request, already read off the wire."""
@@ -28,7 +37,7 @@ class Request:
     method: str
     path: str
     query: dict[str, list[str]]
-    headers: Mapping[str, str]
+    headers: Headers
     body: bytes = b""
 
     @property

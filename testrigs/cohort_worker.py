@@ -1,6 +1,6 @@
 """A member of a failover cohort in a process of its own: the README's primary/standby worker.
 
-    python -m tests.cohort_worker URL LOGICAL_ID PORT [STALE_AFTER]
+    python -m testrigs.cohort_worker URL LOGICAL_ID PORT [STALE_AFTER]
 
 It connects to URL as a member of the cohort LOGICAL_ID (``-``: as a plain client with an id
 of its own, for comparisons), waits for the failover lock

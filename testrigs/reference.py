@@ -1,7 +1,7 @@
 """Run reference-runtime processes (reference_peer.py) as real peers of discovery-sync clients.
 
 Used by the interop tests and by ``python -m benchmarks.interop``/``benchmarks.kube --interop``; needs
-``ai-dynamo-runtime`` (test extra). Each peer runs ``python -m tests.reference_peer`` with the repository
+``ai-dynamo-runtime`` (test extra). Each peer runs ``python -m testrigs.reference_peer`` with the repository
 root on its ``PYTHONPATH``, whatever the caller's working directory.
 
 Every peer binds loopback only (``DYN_TCP_RPC_HOST``/``DYN_EVENT_PLANE_HOST``). Peers of the
@@ -21,10 +21,10 @@ import sys
 import threading
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 REPLY_TIMEOUT = 60.0
-REPOSITORY = Path(__file__).resolve().parents[1]  # where ``tests.reference_peer`` is importable from
+REPOSITORY = Path(__file__).resolve().parents[1]  # where ``testrigs.reference_peer`` is importable from
 
 
 def loopback_namespace_prefix() -> list[str]:
@@ -38,7 +38,14 @@ def loopback_namespace_prefix() -> list[str]:
 
 
 class PeerError(AssertionError):
-    pass
+    """The peer answered a command with an error, or did not answer (a test failure)."""
+
+
+def _pipe(stream: IO[str] | None) -> IO[str]:
+    """One of the pipes the peer was started with (``subprocess.PIPE``: never None)."""
+    if stream is None:
+        raise RuntimeError("the reference peer was started without this pipe")
+    return stream
 
 
 class RustPeer:
@@ -67,7 +74,7 @@ class RustPeer:
         if prefix is None:  # an explicit prefix (e.g. nsenter into a prepared namespace) wins
             prefix = loopback_namespace_prefix() if isolate else []
         self.process = subprocess.Popen(
-            [*prefix, sys.executable, "-m", "tests.reference_peer", backend],
+            [*prefix, sys.executable, "-m", "testrigs.reference_peer", backend],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -81,12 +88,12 @@ class RustPeer:
         threading.Thread(target=self._read_replies, name=f"reference-peer-{pid}-stdout", daemon=True).start()
 
     def _read_replies(self) -> None:
-        for line in self.process.stdout:
+        for line in _pipe(self.process.stdout):
             self._replies.put(line)
         self._replies.put("")  # the peer exited
 
     def _drain_stderr(self) -> None:
-        for line in self.process.stderr:
+        for line in _pipe(self.process.stderr):
             self._stderr.append(line.rstrip())
 
     def call(self, cmd: str, **args: Any) -> dict[str, Any]:
@@ -96,22 +103,26 @@ class RustPeer:
 
     def send(self, cmd: str, **args: Any) -> None:
         """Send a command without waiting; collect its reply with :meth:`receive`."""
-        self.process.stdin.write(json.dumps({"cmd": cmd, **args}) + "\n")
-        self.process.stdin.flush()
+        stdin = _pipe(self.process.stdin)
+        stdin.write(json.dumps({"cmd": cmd, **args}) + "\n")
+        stdin.flush()
 
     def receive(self, cmd: str = "command", timeout: float = REPLY_TIMEOUT) -> dict[str, Any]:
+        """The next reply (to ``cmd``, named in errors); PeerError on an error reply, or when none
+        comes within ``timeout`` seconds or the peer exited (with its log)."""
         try:
             line = self._replies.get(timeout=timeout)
         except queue.Empty:
             line = ""
         if not line:
             raise PeerError(f"the reference peer did not answer {cmd!r}; its log:\n" + self.log())
-        reply = json.loads(line)
+        reply: dict[str, Any] = json.loads(line)
         if "error" in reply:
             raise PeerError(f"{cmd} failed in the reference peer: {reply['error']}\n{self.log()}")
         return reply
 
     def log(self) -> str:
+        """The last 200 lines the peer wrote to stderr."""
         return "\n".join(self._stderr)
 
     def shutdown(self) -> None:

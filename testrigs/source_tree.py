@@ -80,7 +80,7 @@ def source_files() -> tuple[str, ...]:
 
 
 def checkout_copy(destination: Path) -> Path:
-    """The repository's files (tracked, or new and not ignored: tests/source_tree.py) copied to
+    """The repository's files (tracked, or new and not ignored: testrigs/source_tree.py) copied to
     ``destination``: what a clean clone builds, without leaving a build directory in the working tree."""
     for name in source_files():
         (destination / name).parent.mkdir(parents=True, exist_ok=True)

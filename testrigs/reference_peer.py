@@ -1,6 +1,6 @@
 """A reference-runtime (ai-dynamo-runtime) process driven by JSON commands, one per line.
 
-Run by :class:`tests.reference.RustPeer` (``python -m tests.reference_peer BACKEND``); it reads
+Run by :class:`testrigs.reference.RustPeer` (``python -m testrigs.reference_peer BACKEND``); it reads
 ``{"cmd": ..., ...}`` lines from stdin and answers each with one JSON line (``{"ok": true, ...}`` or
 ``{"error": "..."}``). Everything discovery-related is the real Rust code of the wheel: this file only
 translates commands into its Python API.
@@ -12,6 +12,7 @@ import asyncio
 import json
 import sys
 import time
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from dynamo._core import DistributedRuntime, FpmEventSubscriber
@@ -26,7 +27,8 @@ from dynamo.llm import (
 )
 
 
-async def handler(request: Any, context: Any = None):
+async def handler(request: Any, context: Any = None) -> AsyncIterator[dict[str, Any]]:
+    """The endpoints' request handler: one reply echoing the request."""
     yield {"echo": request}
 
 
@@ -35,7 +37,7 @@ class Peer:
         self.drt = DistributedRuntime(asyncio.get_running_loop(), backend, "tcp")
         self.endpoints: dict[str, Any] = {}
         self.clients: dict[str, Any] = {}
-        self.serving: list[asyncio.Future] = []
+        self.serving: list[asyncio.Future[Any]] = []
         self.subscribers: dict[str, Any] = {}
         self.publishers: list[Any] = []
 
@@ -50,15 +52,15 @@ class Peer:
         return self.clients[path]
 
     # -- commands ---------------------------------------------------------------------------------
-    async def cmd_serve(self, endpoint: str) -> dict:
+    async def cmd_serve(self, endpoint: str) -> dict[str, Any]:
         ep = self.endpoint(endpoint)
         self.serving.append(asyncio.ensure_future(ep.serve_endpoint(handler)))
         return {"instance_id": ep.connection_id()}
 
-    async def cmd_ids(self, endpoint: str) -> dict:
+    async def cmd_ids(self, endpoint: str) -> dict[str, Any]:
         return {"ids": sorted((await self.client(endpoint)).instance_ids())}
 
-    async def cmd_instances(self, endpoint: str) -> dict:
+    async def cmd_instances(self, endpoint: str) -> dict[str, Any]:
         found = []
         for instance in (await self.client(endpoint)).instances():
             found.append(
@@ -70,7 +72,9 @@ class Peer:
             )
         return {"instances": found}
 
-    async def cmd_wait_ids(self, endpoint: str, present: list[int] = (), absent: list[int] = (), timeout: float = 5.0):
+    async def cmd_wait_ids(
+        self, endpoint: str, present: Sequence[int] = (), absent: Sequence[int] = (), timeout: float = 5.0
+    ) -> dict[str, Any]:
         """Poll the Rust client's view every 0.2 ms until the ids are present/absent."""
         client = await self.client(endpoint)
         deadline = time.monotonic() + timeout
@@ -82,7 +86,9 @@ class Peer:
                 return {"seen": False, "ids": sorted(ids)}
             await asyncio.sleep(0.0002)
 
-    async def cmd_wait_count(self, endpoint: str, count: int, timeout: float = 60.0, interval: float = 0.01) -> dict:
+    async def cmd_wait_count(
+        self, endpoint: str, count: int, timeout: float = 60.0, interval: float = 0.01
+    ) -> dict[str, Any]:
         """Create the endpoint's client now and poll how many instances it knows every ``interval``
         seconds (coarse, so that polling a large view does not compete with the runtime for the CPU)
         until it knows ``count``; ``at_ns`` is when it was seen, on CLOCK_MONOTONIC."""
@@ -97,16 +103,16 @@ class Peer:
                 return {"seen": False, "started_ns": started, "known": known}
             await asyncio.sleep(interval)
 
-    async def cmd_ping(self) -> dict:
+    async def cmd_ping(self) -> dict[str, Any]:
         """Answers once the runtime is up (it is created before the first command is read)."""
         return {}
 
-    async def cmd_register_instance(self, endpoint: str) -> dict:
+    async def cmd_register_instance(self, endpoint: str) -> dict[str, Any]:
         started = time.monotonic_ns()
         await self.endpoint(endpoint).register_endpoint_instance()
         return {"started_ns": started, "took_ns": time.monotonic_ns() - started}
 
-    async def cmd_unregister_instance(self, endpoint: str) -> dict:
+    async def cmd_unregister_instance(self, endpoint: str) -> dict[str, Any]:
         await self.endpoint(endpoint).unregister_endpoint_instance()
         return {}
 
@@ -115,11 +121,11 @@ class Peer:
         endpoint: str,
         path: str,
         name: str,
-        taints: list[str] = (),
-        topology: dict | None = None,
+        taints: Sequence[str] = (),
+        topology: dict[str, str] | None = None,
         lora_name: str | None = None,
         base_model_path: str | None = None,
-    ) -> dict:
+    ) -> dict[str, Any]:
         config = ModelRuntimeConfig()
         if taints:
             config.taints = set(taints)
@@ -138,11 +144,11 @@ class Peer:
         )
         return {}
 
-    async def cmd_update_taints(self, endpoint: str, taints: list[str]) -> dict:
+    async def cmd_update_taints(self, endpoint: str, taints: list[str]) -> dict[str, Any]:
         await update_model_taints(self.endpoint(endpoint), set(taints))
         return {}
 
-    async def cmd_model_cards(self, endpoint: str) -> dict:
+    async def cmd_model_cards(self, endpoint: str) -> dict[str, Any]:
         """Model cards of the endpoint's component as the runtime's own MDC watch sees them."""
         if endpoint not in self.subscribers:
             subscriber = FpmEventSubscriber(self.endpoint(endpoint))
@@ -152,11 +158,11 @@ class Peer:
         cards = self.subscribers[endpoint].get_model_cards()
         return {"cards": {str(k): json.loads(v) for k, v in cards.items()}}
 
-    async def cmd_kv_publisher(self, endpoint: str) -> dict:
+    async def cmd_kv_publisher(self, endpoint: str) -> dict[str, Any]:
         self.publishers.append(KvEventPublisher(self.endpoint(endpoint), kv_block_size=16))
         return {}
 
-    async def cmd_shutdown(self) -> dict:
+    async def cmd_shutdown(self) -> dict[str, Any]:
         self.drt.shutdown()
         return {}
 

@@ -1,19 +1,25 @@
-"""Small builders and watch helpers shared by the test suites."""
+"""Small builders and watch helpers shared by the test suites: specs with defaults, reading and
+folding a watch's events, a log catcher, a thread runner."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import discovery_sync as ds
 
 EVENT_TIMEOUT = 10.0
+# what a watch describes: id -> instance (see fold)
+State = dict[ds.DiscoveryInstanceId, ds.DiscoveryInstance]
 
 
-def endpoint_spec(namespace: str = "ns", component: str = "backend", endpoint: str = "generate", port: int = 9000):
+def endpoint_spec(
+    namespace: str = "ns", component: str = "backend", endpoint: str = "generate", port: int = 9000
+) -> ds.EndpointSpec:
+    """A TCP endpoint on 127.0.0.1:``port`` (device ``cuda``, codec ``msgpack``)."""
     return ds.EndpointSpec(namespace, component, endpoint, ds.Transport.tcp(f"127.0.0.1:{port}"), "cuda", "msgpack")
 
 
@@ -28,6 +34,8 @@ def model_spec(
     suffix: str | None = None,
     **card: Any,
 ) -> ds.ModelSpec:
+    """A model card ``{"display_name": name, "runtime_config": {...}, **card}`` on the endpoint;
+    ``taints`` and ``topology`` go into its runtime config only when given."""
     runtime_config: dict[str, Any] = {}
     if taints is not None:
         runtime_config["taints"] = taints
@@ -38,12 +46,13 @@ def model_spec(
 
 
 def next_event(watch: ds.Watch, timeout: float = EVENT_TIMEOUT) -> ds.DiscoveryEvent:
+    """The next event of ``watch``; ``ds.WatchTimeout`` if none comes within ``timeout`` seconds."""
     return watch.get(timeout=timeout)
 
 
 def initial_state(watch: ds.Watch, timeout: float = EVENT_TIMEOUT) -> tuple[list[ds.DiscoveryEvent], ds.Resync]:
     """Consume the start of a watch: the Added events and the first Resync."""
-    added = []
+    added: list[ds.DiscoveryEvent] = []
     while True:
         event = watch.get(timeout=timeout)
         if isinstance(event, ds.Resync):
@@ -60,7 +69,7 @@ def assert_quiet(watch: ds.Watch, period: float) -> None:
     raise AssertionError(f"unexpected event {event!r}")
 
 
-def fold(state: dict, event: ds.DiscoveryEvent) -> dict:
+def fold(state: State, event: ds.DiscoveryEvent) -> State:
     """``state`` (id -> instance) after ``event``: a Resync replaces it, Added and Removed change it."""
     if isinstance(event, ds.Resync):
         return {i.id(): i for i in event.instances}
@@ -71,7 +80,7 @@ def fold(state: dict, event: ds.DiscoveryEvent) -> dict:
     return state
 
 
-def fold_until_resynced(watch: ds.Watch, state: dict, expected: dict, timeout: float = 30) -> dict:
+def fold_until_resynced(watch: ds.Watch, state: State, expected: State, timeout: float = 30) -> State:
     """Fold ``watch``'s events into ``state`` until a Resync has come and the state is ``expected``."""
     resynced = False
     while not (resynced and state == expected):
@@ -81,7 +90,8 @@ def fold_until_resynced(watch: ds.Watch, state: dict, expected: dict, timeout: f
     return state
 
 
-def ids(instances) -> set:
+def ids(instances: Iterable[ds.DiscoveryInstance]) -> set[ds.DiscoveryInstanceId]:
+    """The ids of ``instances``."""
     return {i.id() for i in instances}
 
 
@@ -123,6 +133,7 @@ class LogCatcher(logging.Handler):
             self._changed.notify_all()
 
     def wait_for(self, text: str, timeout: float = 10.0) -> list[str]:
+        """The messages holding ``text``, once there is one (empty if none came within ``timeout``)."""
         with self._changed:
             self._changed.wait_for(lambda: any(text in m for m in self.messages), timeout)
             return [m for m in self.messages if text in m]
@@ -134,6 +145,7 @@ class LogCatcher(logging.Handler):
             return sum(text in m for m in self.messages)
 
     def matching(self, text: str) -> list[str]:
+        """The messages holding ``text`` now (nothing is waited for)."""
         with self._changed:
             return [m for m in self.messages if text in m]
 

@@ -30,6 +30,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from testrigs.net import free_port
+
 SSHD = "/usr/sbin/sshd"
 DEBIAN_PACKAGES = ("sshfs", "openssh-server")
 CACHE_OFF = "dir_cache=no,attr_timeout=0,entry_timeout=0"
@@ -45,12 +47,6 @@ def missing_tools() -> list[str]:
     if not os.path.exists("/dev/fuse"):
         missing.append("/dev/fuse")
     return missing
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _unescape(field: str) -> str:
@@ -115,7 +111,7 @@ class SshfsRig:
         self.start_timeout = start_timeout
         self.dir: Path | None = None
         self.port: int | None = None
-        self.sshd: subprocess.Popen | None = None
+        self.sshd: subprocess.Popen[bytes] | None = None
         self._server_pids: set[int] = set()  # the sshd listener and its per-connection children
         self._closed = False
 
@@ -171,7 +167,7 @@ class SshfsRig:
                 self.close()
             raise
 
-    def _run(self, command: list[str], timeout: float) -> subprocess.CompletedProcess:
+    def _run(self, command: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             command, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=max(timeout, 1.0)
         )

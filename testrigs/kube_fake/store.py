@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import builtins
 import copy
 import json
 import re
@@ -158,7 +159,7 @@ class Store:
         raw = json.dumps({"v": _TOKEN_VERSION, "s": snapshot_id, "o": offset, "rv": rv}).encode()
         return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
-    def _resume(self, token: str) -> tuple[str, int, int, list[dict[str, Any]]]:
+    def _resume(self, token: str) -> tuple[str, int, int, builtins.list[dict[str, Any]]]:
         try:
             decoded = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
             snapshot_id, offset, rv = decoded["s"], int(decoded["o"]), int(decoded["rv"])
@@ -205,7 +206,7 @@ class Store:
         with self._lock:
             self._watchers.discard(watcher)
 
-    def watchers(self, rt: ResourceType | None = None) -> list[Watcher]:
+    def watchers(self, rt: ResourceType | None = None) -> builtins.list[Watcher]:
         with self._lock:
             return [w for w in self._watchers if rt is None or w.resource == rt]
 
@@ -241,7 +242,9 @@ class Store:
             self._hooks.append(hook)
 
     # ----- commit ------------------------------------------------------------------------------
-    def _commit(self, rt: ResourceType, old: dict[str, Any] | None, new: dict[str, Any] | None, cascade: bool = True):
+    def _commit(
+        self, rt: ResourceType, old: dict[str, Any] | None, new: dict[str, Any] | None, cascade: bool = True
+    ) -> Change:
         self._rv += 1
         key_source = new if new is not None else old
         assert key_source is not None
@@ -465,7 +468,7 @@ class Store:
 
     def delete_collection(
         self, rt: ResourceType, selection: Selection, *, cascade: bool = True
-    ) -> list[dict[str, Any]]:
+    ) -> builtins.list[dict[str, Any]]:
         with self._lock:
             return [
                 self.delete(rt, _meta(o)["namespace"], _meta(o)["name"], cascade=cascade)

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import yaml
+from testrigs.kubeconfig import write_kubeconfig
 
 from .api import Faults, KubeApi, Request
 from .objects import (
@@ -120,21 +120,9 @@ class FakeKubeServer:
         return f"http://127.0.0.1:{self.port}"
 
     def write_kubeconfig(self, path: str | Path, namespace: str = "default") -> Path:
-        """Write a kubeconfig whose current context points at this server (no auth) and return its path."""
-        config = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "kube-fake", "cluster": {"server": self.url}}],
-            "users": [{"name": "kube-fake", "user": {}}],
-            "contexts": [
-                {"name": "kube-fake", "context": {"cluster": "kube-fake", "user": "kube-fake", "namespace": namespace}}
-            ],
-            "current-context": "kube-fake",
-            "preferences": {},
-        }
-        target = Path(path)
-        target.write_text(yaml.safe_dump(config, sort_keys=False))
-        return target
+        """Write a kubeconfig whose current context points at this server (no auth) and return its path
+        (:func:`testrigs.kubeconfig.write_kubeconfig`)."""
+        return write_kubeconfig(path, self.url, namespace=namespace)
 
     # ----- request log ---------------------------------------------------------------------------
     def _record(self, req: Request, raw_query: str) -> None:

@@ -1,6 +1,7 @@
-"""A separate process that holds records in a file store, for the cross-process tests.
+"""A separate process that holds records in a file store, for the cross-process tests (``Peer``
+starts one and reads what it printed).
 
-    python peer.py STORE_URL COUNT [--name-prefix P] [--exit]
+    python testrigs/file_peer.py STORE_URL COUNT [--name-prefix P] [--exit]
 
 Registers COUNT endpoints (``ns.peer.{prefix}{i}``), prints one JSON line
 ``{"instance_id": ..., "paths": [...]}`` and then blocks until stdin closes or it is killed;
@@ -13,6 +14,7 @@ import argparse
 import subprocess
 import sys
 from pathlib import Path
+from typing import IO, Any
 
 import orjson
 
@@ -21,8 +23,15 @@ import discovery_sync as ds
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _pipe(stream: IO[bytes] | None) -> IO[bytes]:
+    """One of the pipes the peer was started with (``subprocess.PIPE``: never None)."""
+    if stream is None:
+        raise RuntimeError("the peer was started without this pipe")
+    return stream
+
+
 class Peer:
-    """A peer process (see peer.py); ``info`` is what it printed once its records were stored."""
+    """A peer process (see this module); ``info`` is what it printed once its records were stored."""
 
     def __init__(self, url: str, count: int, *extra: str) -> None:
         self.process = subprocess.Popen(
@@ -31,18 +40,20 @@ class Peer:
             stdout=subprocess.PIPE,
             cwd=REPO,
         )
-        line = self.process.stdout.readline()
+        line = _pipe(self.process.stdout).readline()
         if not line:
             self.process.wait(10)
             raise RuntimeError(f"peer exited with {self.process.returncode} before registering")
-        self.info = orjson.loads(line)
+        self.info: dict[str, Any] = orjson.loads(line)
 
     def kill(self) -> None:
+        """SIGKILL the peer and reap it: its records stay behind."""
         self.process.kill()  # SIGKILL: no cleanup of any kind
         self.process.wait(10)
 
     def stop(self) -> int:
-        self.process.stdin.close()
+        """Close its stdin (a clean shutdown) and return its exit status."""
+        _pipe(self.process.stdin).close()
         return self.process.wait(30)
 
 

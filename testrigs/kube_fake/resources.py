@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 CUSTOM_GROUP = "nvidia.com"
@@ -91,7 +92,7 @@ def resolve_resource(name: str | ResourceType) -> ResourceType:
     raise KeyError(f"unknown resource {name!r}; known: {[rt.plural for rt in ALL_RESOURCES]}")
 
 
-def version_info() -> dict:
+def version_info() -> dict[str, Any]:
     """``GET /version``."""
     return {
         "major": "1",
@@ -106,7 +107,7 @@ def version_info() -> dict:
     }
 
 
-def api_versions(server_address: str) -> dict:
+def api_versions(server_address: str) -> dict[str, Any]:
     """``GET /api``: the core group's versions."""
     return {
         "kind": "APIVersions",
@@ -120,14 +121,14 @@ def _groups(crd_installed: bool) -> list[str]:
     return list(dict.fromkeys(groups))
 
 
-def api_group(group: str) -> dict:
+def api_group(group: str) -> dict[str, Any]:
     """``GET /apis/{group}``: one group with its single served version."""
     version = next(rt.version for rt in ALL_RESOURCES if rt.group == group)
     entry = {"groupVersion": f"{group}/{version}", "version": version}
     return {"kind": "APIGroup", "apiVersion": "v1", "name": group, "versions": [entry], "preferredVersion": entry}
 
 
-def api_group_list(crd_installed: bool) -> dict:
+def api_group_list(crd_installed: bool) -> dict[str, Any]:
     """``GET /apis``: every named group (the custom one only while its CRD is installed)."""
     groups = []
     for group in _groups(crd_installed):
@@ -141,7 +142,7 @@ def known_group(group: str, crd_installed: bool) -> bool:
     return group in _groups(crd_installed)
 
 
-def api_resource_list(group: str, version: str) -> dict | None:
+def api_resource_list(group: str, version: str) -> dict[str, Any] | None:
     """``GET /api/v1`` or ``GET /apis/{group}/{version}``; None when nothing is served there."""
     resources = [
         {
