@@ -16,13 +16,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from discovery_sync.backends.file import backend as file_backend
 from discovery_sync.backends.file import missed
-from discovery_sync.backends.file import view as file_view
 from discovery_sync.backends.file import rescan as file_rescan
-from discovery_sync.backends.file.view import FULL, LISTING
+from discovery_sync.backends.file import view as file_view
 from discovery_sync.backends.file.names import record_name
-from discovery_sync.backends.file.view import BucketView
+from discovery_sync.backends.file.view import FULL, LISTING, BucketView
 
 import discovery_sync as ds
 from discovery_sync.identity import RecordKind

@@ -15,9 +15,9 @@ import pytest
 from discovery_sync.backends.file.directory import StoreDirectory
 from discovery_sync.backends.file.liveness import Patience, heartbeat_interval
 from discovery_sync.backends.file.view import BucketView
-from discovery_sync.testing import ManualClock
 
 import discovery_sync as ds
+from discovery_sync.testing import ManualClock
 from tests.file.junk import hand_written
 
 NS = 1_000_000_000

@@ -17,9 +17,9 @@ import pytest
 from discovery_sync.backends.file import locks, missed
 from discovery_sync.backends.file import view as file_view
 from discovery_sync.backends.file.view import BucketView
-from discovery_sync.testing import ManualClock
 
 import discovery_sync as ds
+from discovery_sync.testing import ManualClock
 from testrigs.helpers import assert_quiet, endpoint_spec, initial_state, next_event
 from tests.file.junk import hand_written
 
