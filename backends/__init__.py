@@ -9,14 +9,17 @@ The roles every backend has, and the module holding each (``memory.py`` holds th
     wire client     wire.py      read_file, write_record  EtcdGateway    KubeApi
     key layout      layout.py    StoreLayout              KeyLayout      spec_data, parse_data
     liveness        liveness.py  Heartbeat                LeaseKeeper    is_served, ready_from_*
-    watch producer  watcher.py   DirectoryNotifier        FeedWatcher    ResourceStream
+    watch producer  watcher.py   DirectoryNotifier        BucketStream   ResourceStream
     served view     view.py      BucketView               (none)         KubeDaemon
 
 * wire client: talks to the store; key layout: where a record lives, key or name <-> identity;
   liveness: how readers know an owner is alive; watch producer: the threads turning store
   changes into notifications; served view: what this reader serves, pushing changes to feeds.
 * etcd has no served view: reads go to the server and each watcher reconciles its own feed.
-* Helpers of one backend keep their own names: file's directory, doctor, locks, softlock, mounts,
-  permissions, names (which names are records) and sweep (removal of the dead); kube's identity
-  and served (the index the view serves from).
+* Helpers of one backend keep their own names: file's directory, survey (one listing), rescan
+  (the rescan thread and its schedule), sight (judging liveness or not), own (this client's
+  files), cohort (claims and fencing), garbage (collect_garbage), timing, doctor, locks,
+  softlock, failover, missed, mounts, permissions, names (which names are records) and sweep
+  (removal of the dead); kube's identity and served (the index the view serves from).
+  tests/test_repository.py checks that every name in the table exists where it says.
 """

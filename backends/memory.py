@@ -233,7 +233,7 @@ class MemoryDiscovery(Discovery):
         self.registry.open_feed(feed)
         self._watches.add(feed)
         if self.closed:  # shutdown() closed this client's feeds before this one joined them
-            feed._close()
+            feed.close()
             self._check_open()
 
     def _probe(self) -> None:

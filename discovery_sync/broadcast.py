@@ -70,4 +70,4 @@ class FeedSet:
 
     def close_all(self) -> None:
         for feed in self.current():
-            feed._close()
+            feed.close()

@@ -457,6 +457,23 @@ class Discovery(abc.ABC):
     def closed(self) -> bool:
         return self._closed
 
+    def status(self) -> dict[str, Any]:
+        """How this client is doing, as a plain mapping (for logs and ``discovery-sync status``):
+        ``backend``, ``read_only``, ``closed``, ``records`` (this client's, 0 once replaced),
+        ``logical_instance_id`` and ``replaced`` (who took over, or None), then what the backend
+        knows of its store and its threads (file: ``connected``, heartbeat and rescan health;
+        etcd: the lease; Kubernetes: the pod's resource and the watch daemon). Asking changes
+        nothing (an etcd client that has no lease yet is not granted one)."""
+        replaced = self.replaced
+        return {
+            "backend": self.backend_name,
+            "read_only": self.read_only,
+            "closed": self._closed,
+            "records": 0 if replaced is not None else len(self._owned),
+            "logical_instance_id": self._logical_instance_id,
+            "replaced": None if replaced is None else str(replaced),
+        }
+
     # -- failover cohorts (docs/design.md §4.1) ---------------------------------------------------------
     @property
     def replaced(self) -> Replacement | None:

@@ -75,45 +75,44 @@ class WatchFeed:
             self._pending.append(Resync(records))
         self._queue.put(_WAKE)  # for a consumer already blocked in get()
 
-    def added(self, instance: DiscoveryInstance) -> bool:
-        """A new record, or an endpoint replaced with a new value. True when it matched."""
-        if not self.query.matches(instance):
-            return False
-        with self._lock:
-            self._view[instance.id()] = instance
-            self._emit(Added(instance), instance.id(), instance)
-        return True
-
-    def taints_updated(self, instance: Model, taints: tuple[str, ...]) -> bool:
-        """A model card whose taints (only) changed; ``instance`` is the new value."""
-        if not self.query.matches(instance):
-            return False
-        with self._lock:
-            self._view[instance.id()] = instance
-            self._emit(ModelTaintsUpdated(instance.id(), taints), instance.id(), instance)
-        return True
-
-    def removed(self, instance_id: DiscoveryInstanceId) -> bool:
-        with self._lock:
-            if self._view.pop(instance_id, None) is None:
-                return False
-            self._emit(Removed(instance_id), instance_id, None)
-        return True
-
     def publish(self, event: DiscoveryEvent, instance: DiscoveryInstance | None = None) -> bool:
-        """Apply an Added, ModelTaintsUpdated (``instance`` = the new value) or Removed event.
+        """Deliver an Added, ModelTaintsUpdated (``instance``: the model's new value) or Removed
+        event, the very object given, if it concerns this watch; True when it did.
 
-        Returns True when the event concerned this watch.
-        """
+        An Added is delivered when its record matches the query; a Removed or taint update when
+        the watch holds the record."""
         if isinstance(event, Added):
-            return self.added(event.instance)
+            record = event.instance
+            if not self.query.matches(record):
+                return False
+            with self._lock:
+                self._view[record.id()] = record
+                self._emit(event, record.id(), record)
+            return True
         if isinstance(event, Removed):
-            return self.removed(event.id)
+            with self._lock:
+                if self._view.pop(event.id, None) is None:
+                    return False
+                self._emit(event, event.id, None)
+            return True
         if isinstance(event, ModelTaintsUpdated):
             if not isinstance(instance, Model):
-                raise TypeError("a ModelTaintsUpdated needs the new model value")
-            return self.taints_updated(instance, event.taints)
-        raise TypeError(f"cannot publish {event!r}")
+                raise TypeError("a ModelTaintsUpdated needs the new model value")  # a backend's bug
+            if not self.query.matches(instance):
+                return False
+            with self._lock:
+                self._view[event.id] = instance
+                self._emit(event, event.id, instance)
+            return True
+        raise TypeError(f"cannot publish {event!r}")  # a Resync is the feed's own
+
+    def added(self, instance: DiscoveryInstance) -> bool:
+        """A new record, or an endpoint replaced with a new value (:meth:`publish` of an Added)."""
+        return self.publish(Added(instance))
+
+    def removed(self, instance_id: DiscoveryInstanceId) -> bool:
+        """A record is gone (:meth:`publish` of a Removed)."""
+        return self.publish(Removed(instance_id))
 
     def resync(self) -> None:
         """Emit a Resync of the current view (after publishing changes the backend had missed)."""
@@ -225,7 +224,8 @@ class WatchFeed:
             self._delivered = dict(self._view)
             self._lagged = False
 
-    def _close(self) -> None:
+    def close(self) -> None:
+        """End the feed: its consumer's next ``get()`` raises WatchClosed; the close callbacks run."""
         with self._lock:
             if self._closed:
                 return
@@ -299,7 +299,7 @@ class Watch:
 
     def close(self) -> None:
         """Stop the watch; a consumer blocked in ``get`` wakes with WatchClosed. Idempotent."""
-        self._feed._close()
+        self._feed.close()
 
     def __enter__(self) -> Watch:
         return self

@@ -122,3 +122,44 @@ def test_the_section_reference_rules():
     ]
     assert STALE_REFERENCE.search("(" + "DESIGN" + " §8)") and STALE_REFERENCE.search("design" + ".md §4")
     assert not STALE_REFERENCE.search("docs/design.md §4")
+
+
+def role_table() -> list[dict[str, str]]:
+    """backends/__init__.py's table of roles, a dict per row (columns cut where the dashes are)."""
+    lines = (Path(__file__).resolve().parent.parent / "backends" / "__init__.py").read_text().splitlines()
+    rule = next(i for i, line in enumerate(lines) if re.fullmatch(r"\s*-+(\s+-+)+", line))
+    spans = [m.span() for m in re.finditer(r"-+", lines[rule])]
+    spans = [(start, spans[i + 1][0] if i + 1 < len(spans) else None) for i, (start, _) in enumerate(spans)]
+    header = [lines[rule - 1][a:b].strip() for a, b in spans]
+    rows = []
+    for line in lines[rule + 1 :]:
+        if not line.strip():
+            break
+        rows.append(dict(zip(header, (line[a:b].strip() for a, b in spans), strict=True)))
+    return rows
+
+
+def test_the_role_table_of_the_backends_names_what_exists():
+    """Every name in a backend's column is defined at the top of that backend's module of the role
+    (``name_*``: some name starting so)."""
+    import ast
+
+    rows = role_table()
+    assert [row["module"] for row in rows][:2] == ["backend.py", "options.py"] and len(rows) == 7
+    root = Path(__file__).resolve().parent.parent / "backends"
+    for row in rows:
+        for backend in ("file", "etcd", "kube"):
+            if row[backend] == "(none)":
+                continue
+            tree = ast.parse((root / backend / row["module"]).read_text())
+            defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef | ast.ClassDef)}
+            defined |= {
+                target.id
+                for node in tree.body
+                if isinstance(node, ast.Assign)
+                for target in node.targets
+                if isinstance(target, ast.Name)
+            }
+            for name in (n.strip() for n in row[backend].split(",")):
+                exists = any(d.startswith(name[:-1]) for d in defined) if name.endswith("*") else name in defined
+                assert exists, f"backends/__init__.py names {name} in backends/{backend}/{row['module']}: not there"

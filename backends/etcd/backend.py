@@ -139,8 +139,11 @@ class EtcdDiscovery(Discovery):
             return self._lease
 
     def status(self) -> dict[str, Any]:
-        """The lease: id, TTL, how often it was lost and re-granted, connectivity; before the first
-        need of a lease ``{"lease": "no lease yet", "lease_id": None, "ttl": ...}`` (asking grants none)."""
+        """:meth:`Discovery.status`, with the lease: id, TTL, how often it was lost and re-granted,
+        connectivity; before the first need of a lease ``{"lease": "no lease yet", "lease_id": None, "ttl": ...}`` (asking grants none)."""
+        return {**super().status(), **self._lease_status()}
+
+    def _lease_status(self) -> dict[str, Any]:
         lease = self._lease
         if lease is None:
             state = "none (read-only client)" if self.read_only else "no lease yet"
@@ -154,7 +157,7 @@ class EtcdDiscovery(Discovery):
         return super()._reported_instance_id()
 
     def _diagnose(self, report: dict[str, Any]) -> None:
-        report["lease"] = self.status()
+        report["lease"] = self._lease_status()
 
     # -- storage primitives -------------------------------------------------------------------------
     def _get(self, instance_id: DiscoveryInstanceId) -> DiscoveryInstance | None:
@@ -210,7 +213,7 @@ class EtcdDiscovery(Discovery):
         with self._watchers_lock:
             closed = self._closed  # _close() may have closed the stream's watches before this one joined
         if closed:
-            feed._close()
+            feed.close()
             self._check_open()
 
     def _acquire(self, kind: RecordKind) -> BucketStream:
@@ -256,7 +259,7 @@ class EtcdDiscovery(Discovery):
             streams = list(self._watchers)
         for stream in streams:
             for feed in stream.feeds():
-                feed._close()  # the last one stops the stream
+                feed.close()  # the last one stops the stream
             stream.stop()  # also a stream whose first watch is still starting: it will not start
         if lease is not None:
             try:

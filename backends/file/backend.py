@@ -349,23 +349,21 @@ class FileDiscovery(Discovery):
             self._feeds.add(feed)
 
     def status(self) -> dict[str, Any]:
-        """This client's store, records and the health of its threads. ``connected`` is False
-        while the last heartbeat or rescan failed (each retries every interval)."""
+        """:meth:`Discovery.status`, with the store, the modes and the health of the threads:
+        ``connected`` is False while the last heartbeat or rescan failed (each retries every
+        interval)."""
         heartbeat = None if self.read_only else self._heartbeat.health()  # a read-only client has none
         rescan = self._rescans.thread.health()
         return {
+            **super().status(),
             "root": str(self.layout.root),
             "instance_id": self.instance_id,
-            "read_only": self.read_only,
-            "records": 0 if self.replaced is not None else len(self._owned),
             "observer": self._notifier.kind,
             "observer_alive": self._notifier.is_alive() if self._notifier.started else None,
             "lock": self._locks.mode,
             "heartbeat": heartbeat,
             "rescan": rescan,
             "liveness_paused": self._views[RecordKind.ENDPOINT].blind,
-            "logical_instance_id": None if self._cohort is None else self._cohort.logical_instance_id,
-            "replaced": None if self.replaced is None else str(self.replaced),
             "connected": not (heartbeat and heartbeat["failures"]) and not rescan["failures"],
         }
 

@@ -152,11 +152,13 @@ class KubeDiscovery(Discovery):
         return super().collect_garbage(dry_run=dry_run, progress=progress)
 
     def status(self) -> dict[str, Any]:
-        """This worker's identity (None without one), its CR, the daemon's state and view."""
+        """:meth:`Discovery.status`, with this worker's identity (None without one), its CR, the
+        daemon's state and view."""
         with self._metadata_lock:
             records, cr_uid = len(self._local), self._cr_uid
         identity = self.identity
         return {
+            **super().status(),
             "pod": identity.pod_name if identity is not None else None,
             "pod_uid": identity.pod_uid if identity is not None else None,
             "namespace": self.api.namespace,

@@ -231,7 +231,7 @@ class KubeDaemon:
                 "last_error": self.last_error,
                 "workers": len(self._entries),
                 "served_workers": sorted(e.name for e in self._entries.values() if is_served(e, ready)),
-                "records": len(self._served),
+                "served_records": len(self._served),
                 "resyncs": self.resyncs,
                 "watches": len(self._feeds),
                 "threads": self.threads(),

@@ -112,3 +112,15 @@ def test_bad_calls_raise_our_errors(rig):
         client.register({"type": "Endpoint"})
     with pytest.raises(ds.ValidationError):
         client.list_and_watch(None)
+
+
+def test_status_says_the_common_things_on_every_backend(rig):
+    client = rig.client()
+    assert client.status()["records"] == 0
+    client.register(endpoint_spec())
+    status = client.status()
+    assert status["backend"] == client.backend_name and status["backend"]
+    assert (status["read_only"], status["closed"], status["records"], status["replaced"]) == (False, False, 1, None)
+    assert status["logical_instance_id"] is None
+    client.shutdown()
+    assert client.status()["closed"] is True and client.status()["records"] == 0

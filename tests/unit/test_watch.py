@@ -97,6 +97,16 @@ def test_changes_follow_the_resync():
     assert drain(watch) == [Added(endpoint(2)), Removed(endpoint(1).id())]
 
 
+def test_a_feed_delivers_the_very_event_objects_it_is_given():
+    feed, watch = started([endpoint(1)])
+    added, removed = Added(endpoint(2)), Removed(endpoint(1).id())
+    assert feed.publish(added) and feed.publish(removed)
+    delivered = drain(watch)
+    assert delivered == [added, removed] and delivered[0] is added and delivered[1] is removed
+    with pytest.raises(TypeError):
+        feed.publish(Resync(()))  # a Resync is the feed's own
+
+
 def test_records_outside_the_query_are_not_delivered():
     feed, watch = started(query=Query.endpoints("ns", "comp"))
     assert feed.added(endpoint(1, component="comp2")) is False
