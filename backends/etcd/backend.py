@@ -140,7 +140,8 @@ class EtcdDiscovery(Discovery):
 
     def status(self) -> dict[str, Any]:
         """:meth:`Discovery.status`, with the lease: id, TTL, how often it was lost and re-granted,
-        connectivity; before the first need of a lease ``{"lease": "no lease yet", "lease_id": None, "ttl": ...}`` (asking grants none)."""
+        connectivity; before the first need of a lease ``lease: "no lease yet"`` and ``lease_id:
+        None`` (asking grants none)."""
         return {**super().status(), **self._lease_status()}
 
     def _lease_status(self) -> dict[str, Any]:
