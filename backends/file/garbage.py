@@ -10,7 +10,7 @@ while it runs: their dead records are only reported Removed to watches.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from discovery_sync.broadcast import FeedSet
 from discovery_sync.clock import SYSTEM, Clock
@@ -42,7 +42,9 @@ class Removals:
     def deleting(self) -> bool:
         return not self._dry_runs
 
-    def note(self, removed: Iterable[str]) -> None:
+    def note(self, removed: Sequence[str]) -> None:
+        if not removed:  # most rescans remove nothing: no lock taken
+            return
         with self._lock:
             self._removed.extend(removed)
             del self._removed[:-MAX_REMEMBERED_REMOVALS]

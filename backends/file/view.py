@@ -453,17 +453,28 @@ class BucketView:
     def _kept_alive(self, names: list[str], touched_at: float, out: Changes | None) -> None:
         """This client's heartbeat touched these files of its own after ``touched_at``: alive then
         (their mtime and content, unchanged as far as the listing shows, are not looked at)."""
+        alive_since = self._clock.monotonic() - self.dead_after  # one reading for the whole batch
         for name in names:
             entry = self._entries.get(name)
             if entry is not None and entry.seen_at < touched_at:
-                self._seen_alive(entry, touched_at, out)
+                self._seen_alive(entry, touched_at, out, alive_since=alive_since)
 
-    def _seen_alive(self, entry: Entry, seen_at: float, out: Changes | None, st: os.stat_result | None = None) -> None:
+    def _seen_alive(
+        self,
+        entry: Entry,
+        seen_at: float,
+        out: Changes | None,
+        st: os.stat_result | None = None,
+        *,
+        alive_since: float | None = None,
+    ) -> None:
         """The one place that decides "alive again": ``entry``'s file was known alive at
         ``seen_at`` (its mtime moved: ``st`` is its new stat, when it was seen). If that is within
-        ``dead_after`` of now, an entry dead by the clock is alive again (a change) and an
-        expired one is Added again: its mtime moves after all."""
-        alive_since = self._clock.monotonic() - self.dead_after
+        ``dead_after`` of now (``alive_since``: now less ``dead_after``, when the caller read the
+        clock already), an entry dead by the clock is alive again (a change) and an expired one
+        is Added again: its mtime moves after all."""
+        if alive_since is None:
+            alive_since = self._clock.monotonic() - self.dead_after
         was_dead = entry.due < alive_since
         if st is not None:
             self._moved(entry, st.st_mtime_ns)

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 from discovery_sync.backends.file.backend import FileDiscovery
+from discovery_sync.backends.file.directory import StoreDirectory
 
 from testrigs.helpers import LogCatcher, caught_logs
 from tests.file.disks import disk  # noqa: F401  (a fixture of this package's tests)
@@ -13,6 +14,15 @@ from tests.file.disks import disk  # noqa: F401  (a fixture of this package's te
 @pytest.fixture
 def store(tmp_path: Path) -> Path:
     return tmp_path / "store"
+
+
+@pytest.fixture
+def lock_dir(tmp_path: Path) -> Iterator[StoreDirectory]:
+    """An open store lock directory (``.locks``) in a fresh directory."""
+    directory = StoreDirectory(tmp_path, ".locks")
+    directory.open(create=True)
+    yield directory
+    directory.close()
 
 
 @pytest.fixture

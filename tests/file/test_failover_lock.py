@@ -75,14 +75,6 @@ class Holder:
 
 
 @pytest.fixture
-def lock_dir(tmp_path: Path) -> Iterator[StoreDirectory]:
-    directory = StoreDirectory(tmp_path, ".locks")
-    directory.open(create=True)
-    yield directory
-    directory.close()
-
-
-@pytest.fixture
 def make_lock(tmp_path: Path, lock_dir: StoreDirectory) -> Iterator[Callable[..., FileFailoverLock]]:
     made: list[FileFailoverLock] = []
 

@@ -8,11 +8,10 @@ import fcntl
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
-import pytest
 from discovery_sync.backends.file.directory import StoreDirectory
 from discovery_sync.backends.file.failover import FileFailoverLock, marker_name
 from discovery_sync.backends.file.locks import StoreLocks
@@ -30,14 +29,6 @@ def on_clock(clock: ManualClock, name: str, call: Callable[[], object]) -> tuple
     thread, outcome = in_thread(name, call)
     clock.enroll(thread)
     return thread, outcome
-
-
-@pytest.fixture
-def lock_dir(tmp_path: Path) -> Iterator[StoreDirectory]:
-    directory = StoreDirectory(tmp_path, ".locks")
-    directory.open(create=True)
-    yield directory
-    directory.close()
 
 
 def test_a_soft_lock_waiter_times_out_by_its_clock(tmp_path: Path) -> None:
