@@ -28,6 +28,18 @@ from testrigs.net import free_port
 WAIT = 10.0  # seconds a thread may take to arrive where a test waits for it
 
 
+def base_status(*, read_only: bool) -> dict[str, Any]:
+    """The keys every backend's status() has, for a client that registered nothing."""
+    return {
+        "backend": "etcd",
+        "read_only": read_only,
+        "closed": False,
+        "records": 0,
+        "logical_instance_id": None,
+        "replaced": None,
+    }
+
+
 @pytest.fixture
 def url(etcd_server, prefix) -> str:
     return f"etcd://127.0.0.1:{etcd_server.client_port}/{prefix}?ttl=5"
@@ -78,7 +90,12 @@ def test_connecting_reading_watching_and_diagnosing_grant_no_lease(url, leases):
                 [],
                 "no lease yet",
             )
-            assert client.status() == {"lease": "no lease yet", "lease_id": None, "ttl": 5}
+            assert client.status() == {
+                **base_status(read_only=False),
+                "lease": "no lease yet",
+                "lease_id": None,
+                "ttl": 5,
+            }
             assert client.collect_garbage(dry_run=True) == []
             assert leases() - before == set()
         finally:
@@ -206,7 +223,12 @@ def test_a_read_only_client_never_grants_a_lease(url, leases):
             for write in writes:
                 with pytest.raises(ds.ValidationError, match="read-only"):
                     write()
-            assert reader.status() == {"lease": "none (read-only client)", "lease_id": None, "ttl": 5}
+            assert reader.status() == {
+                **base_status(read_only=True),
+                "lease": "none (read-only client)",
+                "lease_id": None,
+                "ttl": 5,
+            }
             report = reader.diagnose()
             assert "instance_id" not in report and report["problems"] == []
             assert leases() - before == set()
