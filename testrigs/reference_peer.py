@@ -57,6 +57,19 @@ class Peer:
         self.serving.append(asyncio.ensure_future(ep.serve_endpoint(handler)))
         return {"instance_id": ep.connection_id()}
 
+    async def cmd_serving(self) -> dict[str, Any]:
+        """The state of every ``serve_endpoint`` started (a diagnostic for a registration that is late)."""
+        states = []
+        for future in self.serving:
+            if not future.done():
+                states.append("running")
+            elif future.cancelled():
+                states.append("cancelled")
+            else:
+                error = future.exception()
+                states.append(f"failed: {error!r}" if error else "returned")
+        return {"serving": states}
+
     async def cmd_ids(self, endpoint: str) -> dict[str, Any]:
         return {"ids": sorted((await self.client(endpoint)).instance_ids())}
 

@@ -144,6 +144,13 @@ class FakeKubeServer:
         with self._requests_changed:
             return list(self._requests)
 
+    def requests_arriving(self) -> dict[str, int]:
+        """Requests whose headers came but whose body is still being read, by method and path."""
+        if self._httpd is None:
+            return {}
+        with self._httpd._lock:
+            return dict(self._httpd.arrivals)
+
     def clear_requests(self) -> None:
         with self._requests_changed:
             self._requests.clear()

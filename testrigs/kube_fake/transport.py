@@ -47,6 +47,7 @@ class HttpServer(ThreadingHTTPServer):
         self._connections: dict[socket.socket, threading.Thread] = {}
         self._streams = 0
         self._streams_done = threading.Condition(self._lock)
+        self.arrivals: dict[str, int] = {}  # requests whose body is being read, by method and path
         self.errors: list[BaseException] = []  # failures of the fake itself, raised by FakeKubeServer.stop
 
     def handle_error(self, request: Any, client_address: Any) -> None:
@@ -65,6 +66,13 @@ class HttpServer(ThreadingHTTPServer):
                 self._connections[conn] = threading.current_thread()
             else:
                 self._connections.pop(conn, None)
+
+    def arriving(self, request_line: str, delta: int) -> None:
+        """Count requests whose headers came and whose body is still being read (a diagnostic)."""
+        with self._lock:
+            self.arrivals[request_line] = self.arrivals.get(request_line, 0) + delta
+            if not self.arrivals[request_line]:
+                del self.arrivals[request_line]
 
     def stream_delta(self, delta: int) -> None:
         with self._lock:
@@ -122,12 +130,17 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _serve(self) -> None:
         url = urlsplit(self.path)
+        self.server.arriving(f"{self.command} {url.path}", +1)
+        try:
+            body = self._read_body()
+        finally:
+            self.server.arriving(f"{self.command} {url.path}", -1)
         req = Request(
             method=self.command,
             path=unquote(url.path),
             query=parse_qs(url.query, keep_blank_values=True),
             headers=self.headers,
-            body=self._read_body(),
+            body=body,
         )
         self.server.record(req, url.query)
         reply = self.server.api.handle(req)

@@ -68,6 +68,7 @@ def rust_kube_peer(kube_server: FakeKubeServer, kubeconfig: Path, rust_peers, tm
             "POD_NAME": pod_name,
             "POD_UID": pod["metadata"]["uid"],
             "POD_NAMESPACE": "default",
+            "DYN_LOG": "warn,dynamo_runtime::discovery=debug",  # for serve()'s message when a CR is late
         }
         if not (isolate and LoopbackNamespace.available()):
             return rust_peers("kubernetes", env)
@@ -122,9 +123,13 @@ def serve(peer: RustPeer, server: FakeKubeServer, pod_name: str) -> int:
         wait_until(
             lambda: key in endpoints_in_cr(server, pod_name), f"{key} in the CR {pod_name}", SLOW_WAIT, interval=0.01
         )
-    except AssertionError as exc:
+    except AssertionError as exc:  # the short facts first: CI shows the start of a long message
+        serving = peer.call("serving")["serving"]
         requests = [f"{r.method} {r.path} {r.query}" for r in server.requests][-20:]
-        raise AssertionError(f"{exc}\nthe fake's last requests:\n" + "\n".join(requests) + f"\n{peer.log()}") from None
+        raise AssertionError(
+            f"{exc}\nserve_endpoint: {serving}; requests still arriving: {server.requests_arriving()}"
+            f"\nthe peer's log:\n{peer.log()[-3000:]}\nthe fake's last requests:\n" + "\n".join(requests)
+        ) from None
     return instance_id
 
 
