@@ -163,3 +163,27 @@ def test_the_role_table_of_the_backends_names_what_exists():
             for name in (n.strip() for n in row[backend].split(",")):
                 exists = any(d.startswith(name[:-1]) for d in defined) if name.endswith("*") else name in defined
                 assert exists, f"backends/__init__.py names {name} in backends/{backend}/{row['module']}: not there"
+
+
+LONGEST_FUNCTION = 50  # lines, decorators excluded
+
+
+def long_functions(limit: int = LONGEST_FUNCTION) -> list[str]:
+    """``path:line name (N lines)`` of every function of the library and the CLI longer than ``limit``."""
+    import ast
+
+    found = []
+    for package in ("discovery_sync", "backends", "tools"):
+        for path in sorted((REPO / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                    length = (node.end_lineno or node.lineno) - node.lineno + 1
+                    if length > limit:
+                        found.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name} ({length} lines)")
+    return found
+
+
+def test_no_function_of_the_library_is_over_fifty_lines():
+    """Long functions are split where a reader would name the part (issue 27)."""
+    assert long_functions() == []
+    assert long_functions(limit=40), "the check sees the library's functions"

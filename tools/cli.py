@@ -15,7 +15,7 @@ import sys
 import traceback
 import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import discovery_sync as ds
 
@@ -143,34 +143,47 @@ def _add_filters(command: argparse.ArgumentParser) -> None:
     filters.add_argument("--topic", help="event channels and sources of this topic")
 
 
+class _CommandAdder:
+    """Adds one subcommand with its help texts, the global options and the function that runs it."""
+
+    def __init__(self, subcommands: argparse._SubParsersAction[Any], in_command: argparse.ArgumentParser) -> None:
+        self.subcommands = subcommands
+        self.in_command = in_command
+
+    def __call__(
+        self, name: str, summary: str, description: str, examples: str, func: Callable[[argparse.Namespace], int]
+    ) -> argparse.ArgumentParser:
+        sub: argparse.ArgumentParser = self.subcommands.add_parser(
+            name,
+            help=summary,
+            description=description,
+            epilog=examples,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            parents=[self.in_command],
+        )
+        sub.set_defaults(func=func)
+        return sub
+
+
 def build_parser() -> argparse.ArgumentParser:
-    formatter = argparse.RawDescriptionHelpFormatter
     parser = _Parser(
         prog=PROG,
         description=help_text.MAIN,
         epilog=help_text.MAIN_EXAMPLES + "\n\n" + EPILOG,
-        formatter_class=formatter,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[_global_options(in_command=False)],
     )
     python = f"Python {platform.python_version()}"
     parser.add_argument("--version", action="version", version=f"{PROG} {ds.__version__} ({python})")
     subcommands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    in_command = _global_options(in_command=True)
+    command = _CommandAdder(subcommands, _global_options(in_command=True))
+    _add_reading_commands(command)
+    _add_writing_commands(command)
+    _add_tool_commands(command)
+    return parser
 
-    def command(
-        name: str, summary: str, description: str, examples: str, func: Callable[[argparse.Namespace], int]
-    ) -> argparse.ArgumentParser:
-        sub = subcommands.add_parser(
-            name,
-            help=summary,
-            description=description,
-            epilog=examples,
-            formatter_class=formatter,
-            parents=[in_command],
-        )
-        sub.set_defaults(func=func)
-        return sub
 
+def _add_reading_commands(command: _CommandAdder) -> None:
     listing = command(
         "list", "print the records that match", help_text.LIST, help_text.LIST_EXAMPLES, commands.cmd_list
     )
@@ -199,6 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
     watch.add_argument("--count", type=_count, help="stop after this many events (--live: this many tables)")
     watch.add_argument("--idle-timeout", type=_seconds, metavar="SECONDS", help="stop after this long without a change")
 
+
+def _add_writing_commands(command: _CommandAdder) -> None:
     register = command(
         "register",
         "register records from a JSON spec file",
@@ -220,6 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
     gc = command("gc", "remove records whose owners died", help_text.GC, help_text.GC_EXAMPLES, commands.cmd_gc)
     gc.add_argument("--dry-run", action="store_true", help="list what would be removed; remove nothing")
 
+
+def _add_tool_commands(command: _CommandAdder) -> None:
     manifests = command(
         "manifests",
         "print the Kubernetes CRD and RBAC manifests",
@@ -247,7 +264,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--interop", action="store_true", help="moved: python -m benchmarks.interop (repository checkout)"
     )
     bench.add_argument("--etcd", action="store_true", help="moved: python -m benchmarks.etcd (repository checkout)")
-    return parser
 
 
 def _naming_the_store(message: str, url: str | None) -> str:

@@ -71,6 +71,31 @@ def diagnose_store(
     store does not exist at that path yet, which is one problem. Whether this user may write
     to the store does not concern it either."""
     problems: list[str] = []
+    buckets = _diagnose_directories(layout, ttl, max_record_bytes, problems, read_only=read_only)
+    mount = mount_of(layout.root)
+    problems += _mount_problems(mount, observer, lock)
+    unknown = cache_window(mount) is None and not window  # only network filesystems can be unknown
+    caches = explain_caches(mount, window, ttl, poll if observer == "polling" else 0.0, unknown=unknown)
+    if unknown:
+        problems.append(caches["meaning"])
+    return {
+        "root": str(layout.root),
+        "observer": observer,
+        "lock": lock,
+        "ttl": ttl,
+        "max_record_bytes": max_record_bytes,
+        "filesystem": {**mount, **caches},
+        "buckets": buckets,
+        "problems": problems,
+    }
+
+
+def _diagnose_directories(
+    layout: StoreLayout, ttl: float, max_record_bytes: int, problems: list[str], *, read_only: bool
+) -> dict[str, Any]:
+    """Each bucket's report, by bucket name; what is wrong with the store's directories goes to
+    ``problems`` (a missing directory only when this client would write to it, or when a reader
+    finds no bucket at all)."""
     buckets: dict[str, Any] = {}
     missing: list[str] = []
     relatives = [kind.bucket for kind in layout.buckets] if read_only else layout.relatives()
@@ -81,14 +106,11 @@ def diagnose_store(
         except SymlinkRefused as exc:
             problems.append(str(exc))
             continue
-        except FileNotFoundError as exc:
-            if read_only:
+        except OSError as exc:
+            if read_only and isinstance(exc, FileNotFoundError):
                 missing.append(relative)
             else:
                 problems.append(f"cannot open {layout.root / relative}: {exc.strerror}")
-            continue
-        except OSError as exc:
-            problems.append(f"cannot open {layout.root / relative}: {exc.strerror}")
             continue
         try:
             if kind is not None:
@@ -105,7 +127,12 @@ def diagnose_store(
     if missing and len(missing) == len(relatives):
         problems.append(missing_store(layout.root))
     problems += unsafe(layout.root, layout.relatives())
-    mount = mount_of(layout.root)
+    return buckets
+
+
+def _mount_problems(mount: dict[str, Any], observer: str, lock: str) -> list[str]:
+    """What the store's filesystem asks of the client's options."""
+    problems = []
     if mount["network"] and observer != "polling":
         problems.append(
             f"the store is on {mount['type']}, where inotify never sees other hosts' writes: "
@@ -113,21 +140,7 @@ def diagnose_store(
         )
     if mount["network"] and lock != "soft":
         problems.append(f"flock locks may not be shared between hosts on {mount['type']}: use lock=soft")
-    unknown = cache_window(mount) is None and not window  # only network filesystems can be unknown
-    caches = explain_caches(mount, window, ttl, poll if observer == "polling" else 0.0, unknown=unknown)
-    if unknown:
-        problems.append(caches["meaning"])
-    mount = {**mount, **caches}
-    return {
-        "root": str(layout.root),
-        "observer": observer,
-        "lock": lock,
-        "ttl": ttl,
-        "max_record_bytes": max_record_bytes,
-        "filesystem": mount,
-        "buckets": buckets,
-        "problems": problems,
-    }
+    return problems
 
 
 def missing_store(root: Path) -> str:

@@ -89,6 +89,19 @@ class Sweeper:
             pass
         return changes
 
+    def _note_refused(self, view: BucketView, name: str, entry: Entry, reason: str) -> None:
+        """Remember that this version of a dead file could not be deleted; warn once per version."""
+        marker = (view.kind.bucket, name)
+        if self._refused.get(marker) != (entry.ino, entry.mtime_ns):
+            log.warning(
+                "%s/%s has had no heartbeat for %.1f s but stays: %s",
+                view.kind.bucket,
+                printable(name),
+                view.dead_after,
+                reason,
+            )
+        self._refused[marker] = (entry.ino, entry.mtime_ns)
+
     def _sweep_one(
         self,
         view: BucketView,
@@ -121,18 +134,9 @@ class Sweeper:
         try:
             removed = remove_record(dir_fd, name)
         except OSError as exc:
-            reason = f"cannot delete it: {exc.strerror}"
-            if self._refused.get(marker) != (entry.ino, entry.mtime_ns):
-                log.warning(
-                    "%s/%s has had no heartbeat for %.1f s but stays: %s",
-                    view.kind.bucket,
-                    printable(name),
-                    view.dead_after,
-                    reason,
-                )
-            self._refused[marker] = (entry.ino, entry.mtime_ns)
+            self._note_refused(view, name, entry, f"cannot delete it: {exc.strerror}")
             if not leftover:
-                result.not_removed[key] = reason
+                result.not_removed[key] = f"cannot delete it: {exc.strerror}"
                 changes += view.expire(name)  # dead all the same: watches hear so, as list() already excludes it
             return True
         self._refused.pop(marker, None)
