@@ -1,5 +1,5 @@
 """Clients with TTLs of 1, 3, 10 and 30 s and a reference-runtime worker share one file store for
-two minutes: nobody removes, or reports Removed, a record whose writer is alive, and every
+35 s (longer than the longest TTL, three of the reference's): nobody removes, or reports Removed, a record whose writer is alive, and every
 client's ``list()`` holds every record all the time (docs/design.md §6, "Mixed TTLs").
 
 Every holder and watcher is a process of its own (``tests/netfs/agents.py``); the listing
@@ -26,7 +26,7 @@ from testrigs.reference import RustPeer
 from tests.netfs.agents import NAMESPACE, Agent
 
 TTLS = (1, 3, 10, 30)
-DURATION = 120.0
+DURATION = 35.0  # was 120 s; the old rule (--uniform-ttl) shows its false Removed within 5 s
 COMPONENT = "mixed"
 START_TIMEOUT = 30.0
 CHECK_EVERY = 0.5
