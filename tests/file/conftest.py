@@ -7,13 +7,21 @@ import pytest
 from discovery_sync.backends.file.backend import FileDiscovery
 from discovery_sync.backends.file.directory import StoreDirectory
 
+from discovery_sync.testing import ManualClock
 from testrigs.helpers import LogCatcher, caught_logs
+from tests.file.clocked import Steps
 from tests.file.disks import disk  # noqa: F401  (a fixture of this package's tests)
 
 
 @pytest.fixture
 def store(tmp_path: Path) -> Path:
     return tmp_path / "store"
+
+
+@pytest.fixture
+def steps(tmp_path: Path) -> Steps:
+    """A manual clock (``steps.clock``) that the test moves, step by step (:mod:`tests.file.clocked`)."""
+    return Steps(ManualClock(), tmp_path / "clock-probe")
 
 
 @pytest.fixture

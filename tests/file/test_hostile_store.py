@@ -27,7 +27,9 @@ from discovery_sync.backends.file.names import printable, record_name
 from discovery_sync.tools.cli import main as cli_main
 
 import discovery_sync as ds
+from discovery_sync.clock import SYSTEM
 from testrigs.helpers import assert_quiet, endpoint_spec, initial_state, model_spec, next_event
+from tests.file.clocked import Steps
 from tests.file.junk import (
     OLD,
     Outside,
@@ -62,12 +64,15 @@ def shut_down(client: ds.Discovery) -> None:
 
 
 class Rig:
-    """A holder with one record and a watcher watching every endpoint of the store."""
+    """A holder with one record and a watcher watching every endpoint of the store; with ``steps``,
+    both on its manual clock, which :meth:`let_sweeps_run` moves."""
 
-    def __init__(self, store: Path, **options: object) -> None:
+    def __init__(self, store: Path, steps: Steps | None = None, **options: object) -> None:
         self.store = store
-        self.holder = ds.connect(url(store, **options))
-        self.watcher = ds.connect(url(store, **options))
+        self.steps = steps
+        clock = SYSTEM if steps is None else steps.clock
+        self.holder = ds.connect(url(store, **options), clock=clock)
+        self.watcher = ds.connect(url(store, **options), clock=clock)
         self.kept = self.holder.register(endpoint_spec(endpoint="kept"))
         self.watch = self.watcher.list_and_watch(ds.Query.endpoints())
         assert initial_state(self.watch)[1].instances == (self.kept,)
@@ -98,7 +103,11 @@ class Rig:
 
     def let_sweeps_run(self) -> None:
         """Let the sweepers judge everything that stands still; the junk produces no event."""
-        assert_quiet(self.watch, SWEPT)
+        if self.steps is None:
+            assert_quiet(self.watch, SWEPT)
+            return
+        self.steps.run(SWEPT, step=RESCAN)
+        assert_quiet(self.watch, 0)
 
     def close(self) -> None:
         shut_down(self.watcher)
@@ -108,6 +117,16 @@ class Rig:
 @pytest.fixture
 def rig(store: Path) -> Iterator[Rig]:
     made = Rig(store)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+@pytest.fixture
+def clocked_rig(store: Path, steps: Steps) -> Iterator[Rig]:
+    """``rig``, on the manual clock ``steps`` moves."""
+    made = Rig(store, steps)
     try:
         yield made
     finally:
@@ -256,7 +275,8 @@ BAD_NAMES = [
 ]
 
 
-def test_names_that_are_not_percent_encoding_cost_one_warning_and_nothing_else(store, rig, warnings, capsys):
+def test_names_that_are_not_percent_encoding_cost_one_warning_and_nothing_else(store, clocked_rig, warnings, capsys):
+    rig = clocked_rig
     bucket = rig.bucket()
     forged = ds.Endpoint("ns", "backend", "forged", 3, ds.Transport.tcp("127.0.0.1:1"))
     for name in BAD_NAMES:
@@ -507,21 +527,31 @@ def test_records_under_a_name_that_is_not_their_own_are_never_published(store, r
 # -- 9. short TTLs repair lost notifications -----------------------------------------------------
 
 
-def test_a_lost_change_is_delivered_within_the_grace_and_three_rescans_at_short_ttls(store):
-    writer = ds.connect(f"file://{store}?ttl=2")  # heartbeats every 0.67 s
+def test_a_lost_change_is_delivered_within_the_grace_and_three_rescans_at_short_ttls(store, steps):
+    writer = ds.connect(f"file://{store}?ttl=2", clock=steps.clock)  # heartbeats every 0.67 s
     # a polling observer that never polls: every change is lost, only rescans find it
-    watcher = ds.connect(f"file://{store}?ttl=2&observer=polling&poll_interval=3600&rescan_interval=0.5")
+    watcher = ds.connect(
+        f"file://{store}?ttl=2&observer=polling&poll_interval=3600&rescan_interval=0.5", clock=steps.clock
+    )
     # the polling observer's grace (3 polls, at most 3 s) from the end of the rescan that found it,
     # which came within a rescan of the change, then the rescan that finds it due and the next; slack
-    bound = 3 * 0.5 + 3.0 + 2.0
+    grace = 3.0
+    bound = 3 * 0.5 + grace + 2.0
+
+    def found(watch: ds.Watch) -> ds.DiscoveryEvent:
+        changed_at = steps.clock.monotonic()
+        event, at = steps.until_event(watch, step=0.1, limit=bound)
+        assert grace <= at - changed_at <= bound  # of the clock
+        return event
+
     try:
         with watcher.list_and_watch(ds.Query.models()) as watch:
             assert next_event(watch) == ds.Resync(())
             model = writer.register(model_spec())
-            assert next_event(watch, timeout=bound) == ds.Added(model)
+            assert found(watch) == ds.Added(model)
             assert next_event(watch) == ds.Resync((model,))
             writer.update_model_taints(model.id(), ["drain"])
-            assert next_event(watch, timeout=bound) == ds.ModelTaintsUpdated(model.id(), ("drain",))
+            assert found(watch) == ds.ModelTaintsUpdated(model.id(), ("drain",))
     finally:
         shut_down(watcher)
         shut_down(writer)

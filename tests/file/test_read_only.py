@@ -230,29 +230,38 @@ def dead_record(root: Path) -> tuple[ds.Endpoint, Path]:
     return record, path
 
 
-def test_a_reader_reports_dead_records_removed_and_leaves_them(tmp_path, connected):
+def test_a_reader_reports_dead_records_removed_and_leaves_them(tmp_path, connected, steps):
     root = tmp_path / "store"
     record, path = dead_record(root)
     key = "v1/instances/ns/backend/orphan/9"
-    reader = connected(url(root), read_only=True)
+    reader = connected(url(root), read_only=True, clock=steps.clock)
     with reader.list_and_watch(ds.Query.endpoints()) as watch:
         assert initial_state(watch)[1].instances == (record,)
-        assert next_event(watch, timeout=TTL + 5) == ds.Removed(record.id())
-        assert_quiet(watch, 5 * RESCAN)  # a few more rescans: still reported once, still there
+        seen_at = steps.clock.monotonic()
+        event, removed_at = steps.until_event(watch, step=RESCAN, limit=TTL + 5)
+        assert event == ds.Removed(record.id())
+        assert removed_at - seen_at >= TTL  # judged on the reader's clock, not by the old mtime
+        steps.run(5 * RESCAN, step=RESCAN)  # a few more rescans: still reported once, still there
+        assert_quiet(watch, 0)
         assert path.exists()
         assert reader.list(ds.Query.endpoints()) == []
         calls: list[tuple[float, float]] = []
-        assert reader.collect_garbage(dry_run=True, progress=lambda *call: calls.append(call)) == [key]
+
+        def dry_run() -> object:  # it waits on the clock: on a thread of its own while the clock moves
+            return reader.collect_garbage(dry_run=True, progress=lambda *call: calls.append(call))
+
+        assert steps.call("test-dry-run", dry_run, step=RESCAN, limit=TTL + 5) == [key]
         assert path.exists()
         assert len(calls) >= 3
         elapsed = [done for done, _ in calls]
         assert elapsed == sorted(elapsed)
         assert {total for _, total in calls} == {calls[-1][1]}
         assert calls[-1][0] == calls[-1][1] >= reader.dead_after  # type: ignore[attr-defined]
-        writer = connected(url(root))
-        assert writer.collect_garbage() == [key]
+        writer = connected(url(root), clock=steps.clock)
+        assert steps.call("test-gc", writer.collect_garbage, step=RESCAN, limit=TTL + 5) == [key]
         assert not path.exists()
-        assert_quiet(watch, 3 * RESCAN)  # its removal was already reported
+        steps.run(3 * RESCAN, step=RESCAN)
+        assert_quiet(watch, 0.1)  # its removal was already reported (the notification of it comes in real time)
 
 
 def test_a_writers_dry_run_removes_nothing(tmp_path, connected, caplog):

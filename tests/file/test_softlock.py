@@ -14,9 +14,11 @@ from pathlib import Path
 import orjson
 import pytest
 from discovery_sync.backends.file.mounts import cache_window, choose_modes, mount_of
-from discovery_sync.backends.file.softlock import MARKER_SIZE, MAX_REFUSALS, SoftLocks, marker_bytes
+from discovery_sync.backends.file.softlock import MARKER_SIZE, MAX_REFUSALS, RETRY_MAX, SoftLocks, marker_bytes
 
 import discovery_sync as ds
+from discovery_sync.testing import ManualClock
+from testrigs.helpers import in_thread
 
 STALE = 1.0
 
@@ -69,25 +71,28 @@ def test_a_held_lock_times_out_a_waiter_with_the_holder_named(tmp_path, locks):
         holder.wait()
 
 
-def test_a_live_holder_is_never_overruled_however_long_it_holds(tmp_path, locks):
+def test_a_live_holder_is_never_overruled_however_long_it_holds(tmp_path):
+    # holder and waiter on one manual clock: the holder refreshes every STALE/4 of it, the waiter
+    # polls every RETRY_MAX at most (the killed holder below is a process on the real clock)
+    clock = ManualClock()
+    holder, waiter = SoftLocks(10.0, STALE, clock=clock), SoftLocks(30, STALE, clock=clock)
     marker = tmp_path / "bucket.lock"
-    holder = start_holder(marker)  # refreshes every STALE/4
-    acquired = threading.Event()
-    waiter = locks(timeout=30)
-
-    def wait() -> None:
-        waiter.release(waiter.acquire(marker))
-        acquired.set()
-
-    thread = threading.Thread(target=wait, name="test-lock-waiter", daemon=True)
-    thread.start()
-    assert not acquired.wait(4 * STALE)  # four stale bounds: refreshed all along
-    holder.stdin.write("release\n")
-    holder.stdin.flush()
-    assert holder.stdout.readline().strip() == "released"
-    assert acquired.wait(10)
-    assert waiter.broken == 0
-    holder.wait(10)
+    try:
+        held = holder.acquire(marker)
+        thread, outcome = in_thread("test-lock-waiter", lambda: waiter.release(waiter.acquire(marker)))
+        clock.enroll(thread)  # advance() lets it reach its wait before it moves
+        for _ in range(4 * 10):  # four stale bounds: refreshed all along
+            clock.advance(STALE / 10)
+            assert outcome == []
+        assert orjson.loads(marker.read_bytes())["refreshes"] == 4 * 4
+        holder.release(held)
+        clock.advance(RETRY_MAX)
+        thread.join(10)
+        assert outcome == [None]
+        assert waiter.broken == 0
+    finally:
+        holder.close()
+        waiter.close()
 
 
 def test_a_killed_holders_lock_is_broken_after_the_stale_bound_never_before(tmp_path, locks, caplog):

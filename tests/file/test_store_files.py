@@ -21,15 +21,30 @@ from discovery_sync.backends.file.view import BucketView
 import discovery_sync as ds
 from discovery_sync.testing import ManualClock
 from testrigs.helpers import assert_quiet, endpoint_spec, initial_state, next_event
+from tests.file.clocked import Steps
 from tests.file.junk import hand_written
 
 TTL = 2.0
 RESCAN = 0.2
 
 
+def client_url(store: Path) -> str:
+    return f"file://{store}?ttl={TTL}&rescan_interval={RESCAN}&uniform_ttl=true"
+
+
 @pytest.fixture
 def client(store: Path) -> Iterator[ds.Discovery]:
-    client = ds.connect(f"file://{store}?ttl={TTL}&rescan_interval={RESCAN}&uniform_ttl=true")
+    client = ds.connect(client_url(store))
+    try:
+        yield client
+    finally:
+        client.shutdown()
+
+
+@pytest.fixture
+def clocked(store: Path, steps: Steps) -> Iterator[ds.Discovery]:
+    """``client``, on the manual clock ``steps`` moves."""
+    client = ds.connect(client_url(store), clock=steps.clock)
     try:
         yield client
     finally:
@@ -56,19 +71,31 @@ def test_corrupt_files_are_skipped_with_one_warning_and_the_watch_goes_on(store,
         assert_quiet(watch, 3 * RESCAN)
 
 
-def test_a_rescan_delivers_changes_notifications_missed_then_resyncs(store):
+def test_a_rescan_delivers_changes_notifications_missed_then_resyncs(store, steps):
     # a polling observer that never polls: only the periodic rescan can see changes
-    client = ds.connect(f"file://{store}?observer=polling&poll_interval=3600&rescan_interval={RESCAN}&ttl=5")
+    client = ds.connect(
+        f"file://{store}?observer=polling&poll_interval=3600&rescan_interval={RESCAN}&ttl=5", clock=steps.clock
+    )
+    grace = missed.notice_grace("polling", 3600)  # three polls, at most 3 s
+
+    def found(watch: ds.Watch) -> ds.DiscoveryEvent:
+        """The next event, which the rescans held back for the grace, then found still there."""
+        changed_at = steps.clock.monotonic()
+        event, at = steps.until_event(watch, step=RESCAN / 2, limit=10)
+        assert grace <= at - changed_at <= grace + 4 * RESCAN
+        return event
+
     try:
         with client.list_and_watch(ds.Query.endpoints()) as watch:
             assert next_event(watch) == ds.Resync(())
             record, path = hand_written(store, "unseen", 7)
-            assert next_event(watch) == ds.Added(record)
+            assert found(watch) == ds.Added(record)
             assert next_event(watch) == ds.Resync((record,))
             path.unlink()
-            assert next_event(watch) == ds.Removed(record.id())
+            assert found(watch) == ds.Removed(record.id())
             assert next_event(watch) == ds.Resync(())
-            assert_quiet(watch, 4 * RESCAN)
+            steps.run(4 * RESCAN, step=RESCAN)
+            assert_quiet(watch, 0)
     finally:
         client.shutdown()
 
@@ -96,7 +123,8 @@ def test_a_notification_slower_than_a_rescan_is_not_taken_for_a_missed_change(st
 def test_a_file_removed_between_a_rescans_listing_and_its_read_waits_for_its_notification(store, monkeypatch):
     # notifications are lost and rescans run only when called: a deep rescan stats the file (its
     # mtime moved: a heartbeat), and its writer removes it before the rescan reads it
-    client = ds.connect(f"file://{store}?ttl=30&rescan_interval=3600")
+    clock = ManualClock()
+    client = ds.connect(f"file://{store}?ttl=30&rescan_interval=3600", clock=clock)
     record, path = hand_written(store, "late", 7)
     real_read = file_view.read_regular
 
@@ -116,7 +144,10 @@ def test_a_file_removed_between_a_rescans_listing_and_its_read_waits_for_its_not
             # like any change a rescan finds, a notification may still deliver it: not missed yet
             assert_quiet(watch, 0)
             monkeypatch.setattr(file_view, "read_regular", real_read)
-            time.sleep(missed.NOTICE_GRACE + 0.1)
+            clock.advance(missed.NOTICE_GRACE - 0.1)
+            client.rescan()  # not due yet
+            assert_quiet(watch, 0)
+            clock.advance(0.1)
             client.rescan()  # due
             assert_quiet(watch, 0)
             client.rescan()
@@ -139,23 +170,26 @@ def test_records_without_heartbeat_are_removed_after_ttl_on_the_readers_clock(st
 
 
 @pytest.mark.parametrize("skew", [-60.0, 60.0])
-def test_a_skewed_writer_stays_alive_while_its_mtime_moves(store, client, skew):
+def test_a_skewed_writer_stays_alive_while_its_mtime_moves(store, clocked, steps, skew):
     record, path = hand_written(store, "skewed", 11)
-    with client.list_and_watch(ds.Query.endpoints()) as watch:
+    with clocked.list_and_watch(ds.Query.endpoints()) as watch:
         initial_state(watch)
-        stop = time.monotonic() + 3 * TTL
-        while time.monotonic() < stop:
-            stamp = time.time() + skew  # a host whose clock is a minute off
+        stamp = time.time() + skew  # a host whose clock is a minute off
+        for _ in range(3 * 4):  # three TTLs
+            stamp += TTL / 4  # its heartbeat
             os.utime(path, (stamp, stamp))
-            assert_quiet(watch, TTL / 4)  # doubles as the heartbeat interval
-    assert client.list(ds.Query.endpoints()) == [record]
+            steps.advance(TTL / 4)
+            assert_quiet(watch, 0)
+    assert clocked.list(ds.Query.endpoints()) == [record]
 
 
-def test_an_owner_rewrites_a_record_swept_while_it_was_alive(store, client, warnings):
-    endpoint = client.register(endpoint_spec())
-    path = store / "v1" / "instances" / f"ns%2Fbackend%2Fgenerate%2F{client.instance_id:x}"
+def test_an_owner_rewrites_a_record_swept_while_it_was_alive(store, clocked, steps, warnings):
+    endpoint = clocked.register(endpoint_spec())
+    path = store / "v1" / "instances" / f"ns%2Fbackend%2Fgenerate%2F{clocked.instance_id:x}"
     path.unlink()  # as a sweeper with a wrong clock would
-    assert warnings.wait_for("wrote it again", timeout=TTL + 5)
+    unlinked_at, step = steps.clock.monotonic(), 0.05
+    written_at = steps.until(lambda: warnings.matching("wrote it again"), step=step, limit=TTL + 5)
+    assert written_at - unlinked_at <= clocked.heartbeat_interval + step  # by its next heartbeat
     assert ds.instance_from_json(path.read_bytes()) == endpoint
 
 
