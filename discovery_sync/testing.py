@@ -8,6 +8,7 @@ real: a record's liveness is judged by how long its mtime stood still on the cli
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -73,7 +74,9 @@ class ManualClock(Clock):
         with self._cond:
             if timeout is not None and timeout <= 0:
                 return wake.is_set()
-            waiter = _Waiter(float("inf") if timeout is None else self._now + timeout, wake)
+            # a timeout below the resolution of the clock's float still ends after a step of it
+            deadline = math.inf if timeout is None else max(self._now + timeout, math.nextafter(self._now, math.inf))
+            waiter = _Waiter(deadline, wake)
             self._waiters.append(waiter)
             self._cond.notify_all()  # advance() may be waiting for this thread to be idle
         try:

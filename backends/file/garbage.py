@@ -109,6 +109,8 @@ class GarbageCollector:
         timing = self._timing
         for view in self._views.values():
             scanned(view, self._feeds)
+        if not any(view.suspects(self._owned_names(kind)) for kind, view in self._views.items()):
+            return CollectedGarbage()  # nothing seen now can be dead after the wait: skip it
         self._wait_reporting(timing.longest_dead_after + timing.rescan_interval, progress)
         if any(view.blind is not None for view in self._views.values()):
             # judging is paused (Sight): give others' writes the time to show, if there are any
@@ -127,12 +129,13 @@ class GarbageCollector:
     def _wait_reporting(self, seconds: float, progress: Progress | None) -> None:
         """Wait ``seconds`` (less if the client shuts down), telling ``progress`` every quarter second."""
         start = self._clock.monotonic()
-        wake = threading.Event()
+        deadline = start + seconds  # waits cut to a deadline, not to seconds less the time elapsed: a
+        wake = threading.Event()  # remainder below the clock's resolution would never be waited out
         while not self._stopping.is_set():
-            elapsed = self._clock.monotonic() - start
+            now = self._clock.monotonic()
             if progress is not None:
-                progress(min(elapsed, seconds), seconds)
-            if elapsed >= seconds:
+                progress(min(now - start, seconds), seconds)
+            if now >= deadline:
                 return
-            self._clock.wait(wake, min(PROGRESS_INTERVAL, seconds - elapsed))
+            self._clock.wait(wake, min(PROGRESS_INTERVAL, deadline - now))
             wake.clear()

@@ -615,6 +615,12 @@ class BucketView:
             records = [(n, e) for n, e in self._entries.items() if n not in owned and e.seen_at + e.slack < alive_since]
             return records + [(n, e) for n, e in self._leftovers.items() if e.seen_at + e.slack < alive_since]
 
+    def suspects(self, owned: frozenset[str]) -> int:
+        """How many files could be judged dead once they stood still long enough: records not in
+        ``owned``, and leftover files."""
+        with self.lock:
+            return sum(name not in owned for name in self._entries) + len(self._leftovers)
+
     # -- judging liveness ---------------------------------------------------------------------------
     def _alive_since(self, now: float) -> float:
         """An entry whose ``due`` is older than this is dead (none while the view is blind)."""

@@ -97,3 +97,25 @@ def test_a_woken_thread_that_ends_instead_of_waiting_again_releases_advance_at_o
     clock.advance(1.0)
     assert woken.is_set() and not thread.is_alive()
     assert time.monotonic() - began < 2.5  # not the settle timeout
+
+
+def test_a_wait_shorter_than_the_clocks_resolution_still_ends_a_step_later() -> None:
+    """1000.0 + 1e-14 is 1000.0 in a float: such a wait falls due at the next float, not at once
+    forever (a loop waiting out a remainder that small kept advance() busy without moving on)."""
+    clock = ManualClock(start=1000.0)
+    wake = threading.Event()
+    waits: list[float] = []
+
+    def tiny_waits() -> None:
+        for _ in range(3):
+            clock.wait(wake, 1e-14)
+            wake.clear()
+            waits.append(clock.monotonic())
+
+    thread = threading.Thread(target=tiny_waits, name="test-tiny-waits")
+    clock.enroll(thread)
+    thread.start()
+    clock.advance(1.0)
+    thread.join(5)
+    assert not thread.is_alive()
+    assert 1000.0 < waits[0] < waits[1] < waits[2] < 1000.001
