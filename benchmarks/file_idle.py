@@ -1,6 +1,6 @@
 """Idle CPU of file-store clients, printed as one JSON object.
 
-    .venv/bin/python -m benchmarks.file_idle [--records 10000] [--window 20] [--ttl 10] [--reference]
+    .venv/bin/python -m benchmarks.file_idle [--records 10000] [--window 20] [--ttl 10] [--reference] [--source DIR]
 
 Run from the repository root. Each client runs in a process of its own, so that
 ``resource.getrusage(RUSAGE_SELF)`` (user + system CPU seconds of every thread of that process)
@@ -22,6 +22,9 @@ before the window starts; then all are measured over the same ``--window`` secon
 per client: CPU seconds, percent of one core, and that percent per 10,000 records.
 ``--profile DIR`` writes a sampled profile (every thread's stack, 200 times a second; the sampler
 costs CPU of its own, so do not read percentages from such a run) of each of our clients to DIR.
+``--source DIR`` runs our clients with the library of another checkout (default: this one), imported
+as ``benchmarks.file_memory`` does (setup.cfg's ``package_dir`` mapping); ``benchmarks.scale
+--source`` compares checkouts with it.
 """
 
 from __future__ import annotations
@@ -37,7 +40,10 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from types import FrameType
 from typing import Any
+
+from benchmarks.file_memory import _git, _import_library
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 
@@ -89,13 +95,14 @@ class _Sampler:
                 self.samples += 1
                 self.leaves[where] += 1
                 seen = set()
-                while frame is not None:
-                    code = frame.f_code
+                caller: FrameType | None = frame
+                while caller is not None:
+                    code = caller.f_code
                     key = f"{Path(code.co_filename).name}:{code.co_name}"
                     if key not in seen:
                         seen.add(key)
                         self.counts[key] += 1
-                    frame = frame.f_back
+                    caller = caller.f_back
 
     def stop(self) -> dict[str, Any]:
         self._stop.set()
@@ -118,8 +125,8 @@ def _reply(**fields: Any) -> None:
     sys.stdout.flush()
 
 
-def holder(store: str, records: int, ttl: float, options: str) -> None:
-    import discovery_sync as ds
+def holder(store: str, records: int, ttl: float, options: str, source: str) -> None:
+    ds = _import_library(source)
 
     client = ds.connect(f"file://{store}?ttl={ttl}{options}")
     try:
@@ -130,8 +137,8 @@ def holder(store: str, records: int, ttl: float, options: str) -> None:
         client.shutdown()
 
 
-def watcher(store: str, records: int, ttl: float, options: str) -> None:
-    import discovery_sync as ds
+def watcher(store: str, records: int, ttl: float, options: str, source: str) -> None:
+    ds = _import_library(source)
 
     client = ds.connect(f"file://{store}?ttl={ttl}{options}")
     try:
@@ -165,16 +172,21 @@ def _serve(client: Any, seen: int, events: list[str] | None = None) -> None:
 
 
 def child(argv: list[str]) -> None:
-    role, store, records, ttl, options = argv[0], argv[1], int(argv[2]), float(argv[3]), argv[4]
-    {"holder": holder, "watcher": watcher}[role](store, records, ttl, options)
+    """``file_idle.py --child holder|watcher STORE N TTL OPTIONS SOURCE``."""
+    role, store, records, ttl, options, source = argv[0], argv[1], int(argv[2]), float(argv[3]), argv[4], argv[5]
+    {"holder": holder, "watcher": watcher}[role](store, records, ttl, options, source)
 
 
 # -- the parent ------------------------------------------------------------------------------------
 class Child:
-    def __init__(self, role: str, store: Path, records: int, ttl: float, options: str) -> None:
-        env = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
+    """A holder or a watcher in a process of its own, with the library of ``source`` (a checkout)."""
+
+    def __init__(
+        self, role: str, store: Path, records: int, ttl: float, options: str, source: str = str(REPOSITORY)
+    ) -> None:
+        env = {**os.environ, "PYTHONPATH": str(REPOSITORY)}  # this module; the library comes from ``source``
         self.role = role
-        arguments = [role, str(store), str(records), str(ttl), options]
+        arguments = [role, str(store), str(records), str(ttl), options, source]
         self.process = subprocess.Popen(
             [sys.executable, "-m", "benchmarks.file_idle", "--child", *arguments],
             cwd=REPOSITORY,
@@ -217,18 +229,27 @@ def _reference_peer(store: Path) -> Any:
     return peer
 
 
-def run(records: int, window: float, ttl: float, warmup: float, options: str, reference: bool, profile: str | None):
+def run(
+    records: int,
+    window: float,
+    ttl: float,
+    warmup: float,
+    options: str,
+    reference: bool,
+    profile: str | None,
+    source: str = str(REPOSITORY),
+) -> dict[str, Any]:
     per_10k = 10_000 / records
     with tempfile.TemporaryDirectory(prefix="ds-file-idle-") as tmp:
         store = Path(tmp) / "store"
         started = time.monotonic()
-        holder = Child("holder", store, records, ttl, options)
+        holder = Child("holder", store, records, ttl, options, source)
         children = [holder]
         peer = None
         try:
             ready = {"holder": holder.receive()}
             registered_s = time.monotonic() - started
-            watcher = Child("watcher", store, records, ttl, options)
+            watcher = Child("watcher", store, records, ttl, options, source)
             children.append(watcher)
             ready["watcher"] = watcher.receive()
             if ready["watcher"]["records"] != records:
@@ -275,21 +296,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--options", default="", help="more URL options, e.g. '&rescan_interval=2'")
     parser.add_argument("--reference", action="store_true", help="also measure a reference-runtime worker")
     parser.add_argument("--profile", help="directory for a sampled profile of each client's window")
+    parser.add_argument("--source", default=str(REPOSITORY), help="library checkout to measure (default: this one)")
     args = parser.parse_args(argv)
     if args.profile:
         Path(args.profile).mkdir(parents=True, exist_ok=True)
-    commit = subprocess.run(
-        ["git", "-C", str(REPOSITORY), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
-    ).stdout.strip()
+    source = str(Path(args.source).resolve())
     result = {
         "python_version": platform.python_version(),
-        "commit": commit,
+        "commit": _git(Path(source)).get("commit", ""),
         "records": args.records,
         "window_s": args.window,
         "ttl_s": args.ttl,
         "options": args.options,
         "load_average": os.getloadavg(),
-        **run(args.records, args.window, args.ttl, args.warmup, args.options, args.reference, args.profile),
+        **run(args.records, args.window, args.ttl, args.warmup, args.options, args.reference, args.profile, source),
     }
     print(json.dumps(result, indent=1))
 

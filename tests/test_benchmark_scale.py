@@ -52,3 +52,67 @@ def test_scale_benchmark_prints_every_number_with_the_reference_beside_ours():
     table = done.stderr.splitlines()
     assert table[0].startswith("records | cold ms")
     assert table[1].startswith("200 | ")
+
+
+FIGURES = (
+    "cold_list_wall_ms",
+    "warm_list_wall_ms",
+    "initial_sync_wall_ms",
+    "rss_bytes_per_record",
+    "idle_holder_percent",
+    "idle_watcher_percent",
+    "one_endpoint_sync_ours_ms",
+)
+
+
+def test_scale_benchmark_measures_two_sources_side_by_side_with_ratios_to_the_first():
+    # the same checkout twice (an A/A run): no second worktree needed, and the shape is the same
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    options = ["--records", "200", "--runs", "1", "--window", "1", "--warmup", "0", "--no-etcd", "--no-reference"]
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.scale", *options, "--source", str(REPO), "--source", "."],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    first, later = report["sources"]
+    assert first["source"] == later["source"] == str(REPO)
+    assert first["commit"] and first["commit"] == later["commit"]
+    for source in (first, later):
+        (size,) = source["sizes"]
+        assert size["records"] == 200
+        assert size["cold_list"]["wall_ms"] > 0
+        assert size["one_endpoint_sync"]["ours_ms"] > 0
+        assert set(size["idle"]) == {"holder", "watcher"}  # --no-reference
+    ((size_ratios,),) = [size["ratios_to_first"] for size in report["sizes"]]
+    assert report["sizes"][0]["records"] == 200
+    assert size_ratios["source"] == str(REPO)
+    for figure in FIGURES:  # None only where the first's figure is 0 (idle CPU or RSS growth of a tiny store)
+        assert size_ratios[figure] is None or isinstance(size_ratios[figure], float), figure
+    for figure in ("cold_list_wall_ms", "warm_list_wall_ms", "initial_sync_wall_ms", "one_endpoint_sync_ours_ms"):
+        assert size_ratios[figure] > 0, figure
+    cold = [source["sizes"][0]["cold_list"]["wall_ms"] for source in (first, later)]
+    assert size_ratios["cold_list_wall_ms"] == round(cold[1] / cold[0], 3)
+    table = done.stderr.splitlines()
+    assert table[0].startswith("records | source | cold ms")
+    assert all(line.startswith(f"200 | {first['commit']}") for line in table[1:3])  # one line per source
+    assert table[3].startswith("ratios to the first source")
+    assert table[4].startswith("200 | ")
+
+
+def test_scale_benchmark_refuses_a_source_that_is_not_a_checkout_of_the_library(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.scale", "--source", str(REPO), "--source", str(tmp_path)],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert f"--source {tmp_path}: not a checkout of discovery-sync" in done.stderr
+    assert done.stdout == ""
