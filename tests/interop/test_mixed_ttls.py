@@ -1,6 +1,7 @@
 """Clients with TTLs of 1, 3, 10 and 30 s and a reference-runtime worker share one file store for
 35 s (longer than the longest TTL, three of the reference's): nobody removes, or reports Removed,
-a record whose writer is alive, and every client's ``list()`` holds every record all the time (docs/design.md §6, "Mixed TTLs").
+a record whose writer is alive, and every client's ``list()`` holds every record all the time
+(docs/design.md §6, "Mixed TTLs").
 
 Every holder and watcher is a process of its own (``tests/netfs/agents.py``); the listing
 clients run in this process, one per TTL. Before the fix (every reader judged every record by
