@@ -76,10 +76,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """``--backends memory,file`` deselects the contract tests of the other rigs (the other Pythons
-    of ``.ci/run`` have no etcd, sshfs or Kubernetes fake of their own)."""
+    """Tests marked ``slow`` run first (with ``-n``, the workers then end at about the same time
+    instead of one running a long test alone at the end). ``--backends memory,file`` deselects
+    the contract tests of the other rigs (the other Pythons of ``.ci/run`` have no etcd, sshfs or
+    Kubernetes fake of their own)."""
     from tests.contract.conftest import RIGS
 
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: slow ones first
     wanted = config.getoption("--backends")
     if wanted == "all":
         return

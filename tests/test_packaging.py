@@ -355,9 +355,17 @@ def test_the_readme_opens_with_the_two_commands_then_how_to_install_from_an_inde
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     assert readme.startswith(
         "# discovery-sync\n\n```bash\nbash .ci/setup && .venv/bin/discovery-sync demo\n"
-        ".venv/bin/python -m pytest -q\n```\n\n## Install from an index\n\n```bash\npip install discovery-sync "
+        ".venv/bin/python -m pytest -q -n 3\n```\n\n## Install from an index\n\n```bash\npip install discovery-sync "
     )
     assert "pip install 'discovery-sync[etcd,kube]'" in _readme_section("Install from an index")
+
+
+def test_ci_runs_the_test_command_the_readme_gives():
+    """The README's second command is what .ci/run runs (the exit code is pytest's)."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    command = readme.split("```bash\n", 1)[1].split("\n")[1]
+    assert command.startswith(".venv/bin/python -m pytest")
+    assert f"{command} || exit $?" in (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
 
 
 def test_the_readme_example_runs_and_prints_what_its_comments_say(tmp_path):

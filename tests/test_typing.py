@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_the_library_its_backends_and_its_cli_pass_mypy_strict():
     # backends/ and tools/ are installed as discovery_sync.backends and .tools; mypy checks them as
     # the packages it finds on disk; testrigs/ (not installed) is checked in the same run

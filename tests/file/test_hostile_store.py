@@ -434,6 +434,7 @@ def read_only(tmp_path: Path, store: Path) -> Iterator[Path]:
         subprocess.run(["umount", str(view)], check=True)
 
 
+@pytest.mark.slow
 @needs_root
 def test_a_read_only_store_serves_readers_and_reports_what_it_cannot_sweep(store, read_only, warnings, capsys):
     holder = ds.connect(url(store, rescan_interval=3600))  # heartbeats, but sweeps nothing in this test

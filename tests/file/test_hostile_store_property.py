@@ -603,6 +603,7 @@ def _every_kind_of_junk() -> list[Operation]:
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
+@pytest.mark.slow
 @given(owners=st.integers(1, 2), operations=_operations, linger=st.booleans())
 @example(owners=2, operations=_every_kind_of_junk(), linger=True)
 def test_junk_in_the_store_is_never_served_deleted_or_followed(

@@ -45,6 +45,7 @@ def test_a_rust_worker_is_listed_and_watched_with_its_exact_record(client, rust_
         assert next_event(watch) == ds.Removed(endpoint.id())
 
 
+@pytest.mark.slow
 def test_a_killed_rust_worker_is_removed_within_ttl_plus_a_rescan(client, rust_peer):
     peer = rust_peer()
     with client.list_and_watch(ds.Query.endpoints("pyns")) as watch:
@@ -70,6 +71,7 @@ def test_our_registration_reaches_the_rust_client_within_a_second(client, rust_p
     assert gone["seen"], gone
 
 
+@pytest.mark.slow
 def test_sharing_a_store_for_three_ttls_nobody_sweeps_a_live_peer(client, rust_peer):
     peer = rust_peer()
     rust_id = peer.call("serve", endpoint=ENDPOINT)["instance_id"]

@@ -82,6 +82,7 @@ def run_mixed_store(
     return tally
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(DURATION + 120)
 def test_clients_with_different_ttls_never_remove_each_others_live_records(file_store, rust_peer, record_property):
     tally = run_mixed_store(file_store, rust_peer, DURATION)

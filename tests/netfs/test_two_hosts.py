@@ -89,6 +89,7 @@ SKEW_RESCAN = 0.5
 SKEW_POLL = 0.2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("skew", [-60.0, 60.0], ids=["past", "future"])
 def test_a_writer_with_a_skewed_clock_lives_and_dies_by_the_watchers_clock(hosts, agents, skew, record_property):
     """A writer on B whose heartbeats set mtimes 60 s in the past (the reference's own sweeper
@@ -152,6 +153,7 @@ STRESS_RESCAN = 1.0
 STRESS_TTL = 3.0  # far shorter than B's cache window: readers there must allow for it
 
 
+@pytest.mark.slow
 def test_four_writers_per_host_lose_nothing_tear_nothing_and_no_live_record_is_removed(hosts, agents, record_property):
     """4 writer processes on each host register 100 endpoints each and unregister 90 of them;
     a watcher process on each host records every event. Both hosts end with the kept set, every
@@ -246,6 +248,7 @@ FREEZE = 30.0
 FREEZE_TTL = 3.0  # far shorter than the freeze: every record looks dead by the clock after it
 
 
+@pytest.mark.slow
 def test_a_frozen_file_server_makes_no_client_remove_or_report_removed_a_live_record(sshfs_rig, hosts, agents):
     """The server stops answering for 30 s (SIGSTOP of its SFTP sessions) while writers and
     watchers on both mounts run: every call that needs the server waits, the cached ones answer.
