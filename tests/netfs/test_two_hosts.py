@@ -245,7 +245,11 @@ def test_four_writers_per_host_lose_nothing_tear_nothing_and_no_live_record_is_r
 
 # -- a frozen file server ------------------------------------------------------------------------
 FREEZE = 30.0
-FREEZE_TTL = 3.0  # far shorter than the freeze: every record looks dead by the clock after it
+# far shorter than the freeze (on B too: 6 + its 21 s window < 30): every record looks dead by the
+# clock after it. After A thaws, B's record shows its next heartbeat within the 1.5 s stagger plus
+# one heartbeat (2 s), well inside the TTL even on a loaded machine; with TTL 3 that margin was
+# 0.5 s, and a run beside two other test workers saw a false Removed on A
+FREEZE_TTL = 6.0
 
 
 @pytest.mark.slow
