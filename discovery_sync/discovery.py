@@ -537,6 +537,10 @@ class Discovery(abc.ABC):
         and other records whole; keys are instance ids unless ``key`` says otherwise. Complete
         when it returns; see :class:`LiveView` for the rules.
         ``view.close()`` or this client's ``shutdown()`` stops it.
+
+        To a type checker the view is a ``LiveView[key, value]``: ``live_view(Query.models(),
+        card_type=Card)`` a ``LiveView[int, Card]``, ``live_view(Query.endpoints(), lambda e:
+        e.namespace, key=lambda e: e.id())`` a ``LiveView[EndpointInstanceId, str]``.
         """
         from .live_view import LiveView
 

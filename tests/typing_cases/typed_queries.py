@@ -26,6 +26,7 @@ def listed_kinds(client: ds.Discovery, scope: ds.EventScope) -> None:
     assert_type(client.list(ds.Query.from_dict({"kind": "models"})), list[ds.DiscoveryInstance])
     for endpoint in client.list(ds.Query.endpoints("ns")):
         assert_type(endpoint.transport, ds.Transport)
+    assert_type(client.status(), dict[str, Any])
     # a typed query is still a query
     query: ds.Query = ds.Query.models()
     assert_type(client.list(query), list[ds.DiscoveryInstance])
@@ -79,6 +80,8 @@ def live_views(client: ds.Discovery) -> None:
     # key: one entry per record
     by_record = client.live_view(ds.Query.event_channels(), key=lambda channel: channel.id())
     assert_type(by_record, ds.LiveView[ds.EventChannelInstanceId, ds.EventChannel])
+    namespaces = client.live_view(ds.Query.endpoints(), lambda e: e.namespace, key=lambda e: e.id())
+    assert_type(namespaces, ds.LiveView[ds.EndpointInstanceId, str])
     per_card = client.live_view(ds.Query.models(), lambda card: card.display_name, card_type=Card, key=lambda m: m.id())
     assert_type(per_card, ds.LiveView[ds.ModelCardInstanceId, str])
     # a query of several kinds: extract takes any of their records, or a card
