@@ -25,7 +25,7 @@ from .errors import (
     WatchClosed,
     WatchFailed,
 )
-from .events import Added, DiscoveryEvent, ModelTaintsUpdated, Removed, Resync
+from .events import Added, DiscoveryEvent, ModelTaintsUpdated, Removed, Resync, WatchEvent
 from .failover import FailoverLock
 from .identity import (
     DiscoveryInstanceId,
@@ -113,6 +113,7 @@ __all__ = [
     "ValidationError",
     "Watch",
     "WatchClosed",
+    "WatchEvent",
     "WatchFailed",
     "WatchTimeout",
     "ZmqBrokerTransport",

@@ -14,16 +14,16 @@ import contextlib
 import dataclasses
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, overload
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, overload
 
 from .cohort import CohortMembership, Replacement
 from .endpoint_leases import EndpointLease, EndpointLeases
 from .errors import ClientClosed, ConflictError, DiscoveryError, InstanceReplaced, NotFoundError, ValidationError
-from .events import DiscoveryEvent
+from .events import WatchEvent
 from .failover import FailoverLock, check_lock_name
 from .identity import DiscoveryInstanceId, ModelCardInstanceId, RecordKind
-from .model import DiscoveryInstance, Endpoint, EventChannel, EventSource, Model, stored_form
+from .model import DiscoveryInstance, Endpoint, EventChannel, EventSource, Model, R, stored_form
 from .model_cards import check_replay, conflict_error, find_conflict, find_conflicts
 from .queries import Query
 from .reconcile import ordered
@@ -35,6 +35,14 @@ if TYPE_CHECKING:
     from .live_view import LiveView
 
 log = logging.getLogger(__name__)
+
+# live_view()'s overloads: the key and the value of a view, a card_type, the records whose
+# extract takes them whole, and those of a query of several kinds or of unknown kind
+_K = TypeVar("_K", bound=Hashable)
+_V = TypeVar("_V")
+_C = TypeVar("_C")
+_N = TypeVar("_N", bound=Endpoint | EventChannel | EventSource)
+_U = TypeVar("_U", bound=DiscoveryInstance)
 
 _SPEC_TYPES = (EndpointSpec, ModelSpec, EventChannelSpec, EventSourceSpec)
 _INSTANCE_TYPES = (Endpoint, Model, EventChannel, EventSource)
@@ -326,23 +334,25 @@ class Discovery(abc.ABC):
         self._check_open()
         return self._get(instance_id)
 
-    def list(self, query: Query) -> builtins.list[DiscoveryInstance]:
-        """The records matching ``query`` now, in a stable order."""
+    def list(self, query: Query[R]) -> builtins.list[R]:
+        """The records matching ``query`` now, in a stable order (of its kind: ``list(Query.endpoints())``
+        is a ``list[Endpoint]``)."""
         _check_query(query)
         self._check_open()
-        return self._list_ordered(query)
+        return cast("builtins.list[R]", self._list_ordered(query))  # matched by the query: of its kind
 
     def _list_ordered(self, query: Query) -> builtins.list[DiscoveryInstance]:
         """:meth:`list` of a checked query: :meth:`_list` filtered and ordered (a backend that
         keeps ordered results overrides this)."""
         return list(ordered(i for i in self._list(query) if query.matches(i)))
 
-    def list_and_watch(self, query: Query, *, queue_size: int = DEFAULT_WATCH_QUEUE_SIZE) -> Watch:
+    def list_and_watch(self, query: Query[R], *, queue_size: int = DEFAULT_WATCH_QUEUE_SIZE) -> Watch[R]:
         """Watch ``query``; returns once the watch is established.
 
         The watch yields one Added per matching record, then one Resync with all of them, then
         every later change. After falling behind it yields the missed changes and a Resync.
         ``watch.close()`` releases what the watch holds; an unclosed one lasts until ``shutdown()``.
+        The watch of a ``Query[R]`` is a ``Watch[R]``: its ``Added`` events carry an ``R``.
         """
         _check_query(query)
         self._check_open()
@@ -350,14 +360,174 @@ class Discovery(abc.ABC):
         self._open_feed(feed)
         return Watch(feed)
 
+    # live_view()'s types. The value: what extract returns, else the card_type, else the record.
+    # extract takes a model card's card (a dict, or a card_type) and any other record whole (a
+    # query of several kinds or of unknown kind: either). The key: what key returns, else the
+    # instance id (an int). Every type variable of an overload is bound by the arguments it
+    # requires (an unbound one makes mypy infer lambdas from the upper bounds): hence a variant
+    # without key and one with it.
+    @overload
     def live_view(
         self,
-        query: Query,
+        query: Query[Model],
+        extract: Callable[[dict[str, Any]], _V],
+        *,
+        base_models_only: bool = False,
+        key: None = None,
+        on_change: Callable[[Mapping[int, _V], WatchEvent[Model]], None] | None = None,
+        card_type: None = None,
+    ) -> LiveView[int, _V]: ...
+    @overload
+    def live_view(
+        self,
+        query: Query[Model],
+        extract: Callable[[dict[str, Any]], _V],
+        *,
+        base_models_only: bool = False,
+        key: Callable[[Model], _K],
+        on_change: Callable[[Mapping[_K, _V], WatchEvent[Model]], None] | None = None,
+        card_type: None = None,
+    ) -> LiveView[_K, _V]: ...
+    @overload
+    def live_view(
+        self,
+        query: Query[Model],
+        extract: Callable[[_C], _V],
+        *,
+        base_models_only: bool = False,
+        key: None = None,
+        on_change: Callable[[Mapping[int, _V], WatchEvent[Model]], None] | None = None,
+        card_type: type[_C],
+    ) -> LiveView[int, _V]: ...
+    @overload
+    def live_view(
+        self,
+        query: Query[Model],
+        extract: Callable[[_C], _V],
+        *,
+        base_models_only: bool = False,
+        key: Callable[[Model], _K],
+        on_change: Callable[[Mapping[_K, _V], WatchEvent[Model]], None] | None = None,
+        card_type: type[_C],
+    ) -> LiveView[_K, _V]: ...
+    @overload
+    def live_view(
+        self,
+        query: Query[_N],
+        extract: Callable[[_N], _V],
+        *,
+        base_models_only: Literal[False] = False,
+        key: None = None,
+        on_change: Callable[[Mapping[int, _V], WatchEvent[_N]], None] | None = None,
+        card_type: None = None,
+    ) -> LiveView[int, _V]: ...
+    @overload
+    def live_view(
+        self,
+        query: Query[_N],
+        extract: Callable[[_N], _V],
+        *,
+        base_models_only: Literal[False] = False,
+        key: Callable[[_N], _K],
+        on_change: Callable[[Mapping[_K, _V], WatchEvent[_N]], None] | None = None,
+        card_type: None = None,
+    ) -> LiveView[_K, _V]: ...
+    @overload
+    def live_view(
+        self,
+        query: Query[_U],
+        extract: Callable[[_U | dict[str, Any]], _V],
+        *,
+        base_models_only: bool = False,
+        key: None = None,
+        on_change: Callable[[Mapping[int, _V], WatchEvent[_U]], None] | None = None,
+        card_type: None = None,
+    ) -> LiveView[int, _V]: ...
+    @overload
+    def live_view(
+        self,
+        query: Query[_U],
+        extract: Callable[[_U | dict[str, Any]], _V],
+        *,
+        base_models_only: bool = False,
+        key: Callable[[_U], _K],
+        on_change: Callable[[Mapping[_K, _V], WatchEvent[_U]], None] | None = None,
+        card_type: None = None,
+    ) -> LiveView[_K, _V]: ...
+    @overload
+    def live_view(
+        self,
+        query: Query[_U],
+        extract: Callable[[_U | _C], _V],
+        *,
+        base_models_only: bool = False,
+        key: None = None,
+        on_change: Callable[[Mapping[int, _V], WatchEvent[_U]], None] | None = None,
+        card_type: type[_C],
+    ) -> LiveView[int, _V]: ...
+    @overload
+    def live_view(
+        self,
+        query: Query[_U],
+        extract: Callable[[_U | _C], _V],
+        *,
+        base_models_only: bool = False,
+        key: Callable[[_U], _K],
+        on_change: Callable[[Mapping[_K, _V], WatchEvent[_U]], None] | None = None,
+        card_type: type[_C],
+    ) -> LiveView[_K, _V]: ...
+    @overload
+    def live_view(
+        self,
+        query: Query[_U],
+        extract: None = None,
+        *,
+        base_models_only: bool = False,
+        key: None = None,
+        on_change: Callable[[Mapping[int, _C], WatchEvent[_U]], None] | None = None,
+        card_type: type[_C],
+    ) -> LiveView[int, _C]: ...
+    @overload
+    def live_view(
+        self,
+        query: Query[_U],
+        extract: None = None,
+        *,
+        base_models_only: bool = False,
+        key: Callable[[_U], _K],
+        on_change: Callable[[Mapping[_K, _C], WatchEvent[_U]], None] | None = None,
+        card_type: type[_C],
+    ) -> LiveView[_K, _C]: ...
+    @overload
+    def live_view(
+        self,
+        query: Query[_U],
+        extract: None = None,
+        *,
+        base_models_only: bool = False,
+        key: None = None,
+        on_change: Callable[[Mapping[int, _U], WatchEvent[_U]], None] | None = None,
+        card_type: None = None,
+    ) -> LiveView[int, _U]: ...
+    @overload
+    def live_view(
+        self,
+        query: Query[_U],
+        extract: None = None,
+        *,
+        base_models_only: bool = False,
+        key: Callable[[_U], _K],
+        on_change: Callable[[Mapping[_K, _U], WatchEvent[_U]], None] | None = None,
+        card_type: None = None,
+    ) -> LiveView[_K, _U]: ...
+    def live_view(
+        self,
+        query: Query[DiscoveryInstance],
         extract: Callable[[Any], Any] | None = None,
         *,
         base_models_only: bool = False,
-        key: Callable[[DiscoveryInstance], Any] | None = None,
-        on_change: Callable[[Mapping[Any, Any], DiscoveryEvent], None] | None = None,
+        key: Callable[[Any], Any] | None = None,
+        on_change: Callable[[Mapping[Any, Any], Any], None] | None = None,
         card_type: type[Any] | None = None,
     ) -> LiveView[Any, Any]:
         """A read-only mapping ``key → extract(record)`` of the records matching ``query``, kept
@@ -367,6 +537,10 @@ class Discovery(abc.ABC):
         and other records whole; keys are instance ids unless ``key`` says otherwise. Complete
         when it returns; see :class:`LiveView` for the rules.
         ``view.close()`` or this client's ``shutdown()`` stops it.
+
+        To a type checker the view is a ``LiveView[key, value]``: ``live_view(Query.models(),
+        card_type=Card)`` a ``LiveView[int, Card]``, ``live_view(Query.endpoints(), lambda e:
+        e.namespace, key=lambda e: e.id())`` a ``LiveView[EndpointInstanceId, str]``.
         """
         from .live_view import LiveView
 

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Hashable, ItemsView, Iterator, KeysView, Mapping, ValuesView
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from .errors import ValidationError, WatchClosed, WatchFailed
 from .events import Added, DiscoveryEvent, ModelTaintsUpdated, Resync
@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
+_T = TypeVar("_T")
 Callback = Callable[[Mapping[Any, Any], DiscoveryEvent], None]
 
 INITIAL_SYNC_TIMEOUT = 60.0  # the first Resync is queued when list_and_watch returns; this is a safety bound
@@ -133,6 +134,10 @@ class LiveView(Mapping[K, V]):
             self._raise_if_stopped()
             return self._current()
 
+    @overload
+    def get(self, key: K) -> V | None: ...
+    @overload
+    def get(self, key: K, default: V | _T) -> V | _T: ...
     def get(self, key: Any, default: Any = None) -> Any:
         with self._changed:
             self._raise_if_stopped()

@@ -9,7 +9,7 @@ JSON objects they hold (``card_json``, ``metadata``, opaque ``device_type``) as 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import orjson
 
@@ -245,6 +245,17 @@ class EventSource(_Record):
 
 
 DiscoveryInstance = Endpoint | Model | EventChannel | EventSource
+
+if TYPE_CHECKING:
+    # a default (PEP 696; typing_extensions is in every type checker's stubs): ``Query``,
+    # ``Watch``, ``Added`` and ``Resync`` written without a parameter mean ``...[DiscoveryInstance]``
+    from typing_extensions import TypeVar as _TypeVarWithDefault
+
+    R = _TypeVarWithDefault("R", bound=DiscoveryInstance, covariant=True, default=DiscoveryInstance)
+else:
+    R = TypeVar("R", bound=DiscoveryInstance, covariant=True)
+"""The kind of record a query selects, and so what its listings, watches and events carry:
+``Query.endpoints()`` is a ``Query[Endpoint]``, whose ``list`` is a ``list[Endpoint]``."""
 
 
 def _or_empty(metadata: Any) -> Any:

@@ -8,10 +8,11 @@ Event channels and sources are queried by an optional exact scope plus an option
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, cast
 
 from .errors import ValidationError
 from .identity import RecordKind
+from .model import DiscoveryInstance, Endpoint, EventChannel, EventSource, Model, R
 from .pathcodec import encode_segment
 from .scope import EventScope
 from .validation import check_name
@@ -25,8 +26,14 @@ _KIND_NAMES = {
 
 
 @dataclass(frozen=True, slots=True)
-class Query:
-    """Build with :meth:`endpoints`, :meth:`models`, :meth:`event_channels` or :meth:`event_sources`."""
+class Query(Generic[R]):
+    """Build with :meth:`endpoints`, :meth:`models`, :meth:`event_channels` or :meth:`event_sources`.
+
+    The parameter is the kind of record the query selects, for type checkers only:
+    ``Query.endpoints()`` is a ``Query[Endpoint]``, so ``client.list(Query.endpoints())`` is a
+    ``list[Endpoint]``. A query made by :meth:`from_dict` or the constructor is a
+    ``Query[DiscoveryInstance]`` (``Query`` alone means that too).
+    """
 
     kind: RecordKind
     namespace: str | None = None
@@ -64,25 +71,27 @@ class Query:
     @classmethod
     def endpoints(
         cls, namespace: str | None = None, component: str | None = None, endpoint: str | None = None
-    ) -> Query:
+    ) -> Query[Endpoint]:
         """All endpoints, or those of a namespace, a component, or one endpoint."""
-        return cls(RecordKind.ENDPOINT, namespace, component, endpoint)
+        return cast("Query[Endpoint]", cls(RecordKind.ENDPOINT, namespace, component, endpoint))
 
     @classmethod
-    def models(cls, namespace: str | None = None, component: str | None = None, endpoint: str | None = None) -> Query:
+    def models(
+        cls, namespace: str | None = None, component: str | None = None, endpoint: str | None = None
+    ) -> Query[Model]:
         """All model cards, or those of a namespace, a component, or one endpoint."""
-        return cls(RecordKind.MODEL, namespace, component, endpoint)
+        return cast("Query[Model]", cls(RecordKind.MODEL, namespace, component, endpoint))
 
     @classmethod
-    def event_channels(cls, scope: EventScope | None = None, topic: str | None = None) -> Query:
-        return cls(RecordKind.EVENT_CHANNEL, scope=scope, topic=topic)
+    def event_channels(cls, scope: EventScope | None = None, topic: str | None = None) -> Query[EventChannel]:
+        return cast("Query[EventChannel]", cls(RecordKind.EVENT_CHANNEL, scope=scope, topic=topic))
 
     @classmethod
-    def event_sources(cls, scope: EventScope | None = None, topic: str | None = None) -> Query:
-        return cls(RecordKind.EVENT_SOURCE, scope=scope, topic=topic)
+    def event_sources(cls, scope: EventScope | None = None, topic: str | None = None) -> Query[EventSource]:
+        return cast("Query[EventSource]", cls(RecordKind.EVENT_SOURCE, scope=scope, topic=topic))
 
     @classmethod
-    def from_dict(cls, data: Any) -> Query:
+    def from_dict(cls, data: Any) -> Query[DiscoveryInstance]:
         """Parse ``{"kind": "endpoints", "namespace": ...}`` (as the CLI takes it)."""
         if not isinstance(data, dict):
             raise ValidationError(f"a query must be a JSON object, got {type(data).__name__}")

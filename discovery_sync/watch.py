@@ -17,11 +17,12 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from typing import Generic, cast
 
 from .errors import DiscoveryError, WatchClosed, WatchFailed
-from .events import Added, DiscoveryEvent, ModelTaintsUpdated, Removed, Resync
+from .events import Added, DiscoveryEvent, ModelTaintsUpdated, Removed, Resync, WatchEvent
 from .identity import DiscoveryInstanceId
-from .model import DiscoveryInstance, Model
+from .model import DiscoveryInstance, Model, R
 from .options import wait_timeout
 from .queries import Query
 from .reconcile import diff, ordered
@@ -46,10 +47,13 @@ class _Sentinel:
 _WAKE = _Sentinel("wake")
 
 
-class WatchFeed:
-    """The producer side of one watch. Backends call its methods from their own threads."""
+class WatchFeed(Generic[R]):
+    """The producer side of one watch. Backends call its methods from their own threads.
 
-    def __init__(self, query: Query, *, maxsize: int = DEFAULT_WATCH_QUEUE_SIZE) -> None:
+    Backends give it records of every kind; it keeps those its query matches, which are of the
+    query's kind ``R``: what its consumer receives is typed so."""
+
+    def __init__(self, query: Query[R], *, maxsize: int = DEFAULT_WATCH_QUEUE_SIZE) -> None:
         self.query = query
         self._maxsize = max(1, maxsize)
         self._lock = threading.Lock()
@@ -147,9 +151,9 @@ class WatchFeed:
     def closed(self) -> bool:
         return self._closed
 
-    def snapshot(self) -> tuple[DiscoveryInstance, ...]:
+    def snapshot(self) -> tuple[R, ...]:
         with self._lock:
-            return ordered(self._view.values())
+            return cast("tuple[R, ...]", ordered(self._view.values()))  # matched by the query: of its kind
 
     # -- internals ------------------------------------------------------------------------------
     def _emit_event(self, event: DiscoveryEvent) -> None:
@@ -181,13 +185,14 @@ class WatchFeed:
         self._queue.put(event)
 
     # -- consumer side (used by Watch) ------------------------------------------------------------
-    def _take(self, deadline: float | None) -> DiscoveryEvent:
+    def _take(self, deadline: float | None) -> WatchEvent[R]:
+        """The next event (its records matched the query, so they are of its kind ``R``)."""
         while True:
             with self._lock:
                 if self._closed:
                     raise WatchClosed(f"watch on {self.query} is closed")
                 if self._pending:
-                    return self._pending.popleft()
+                    return cast("WatchEvent[R]", self._pending.popleft())
                 self._raise_if_failed()
             try:
                 item = self._queue.get(timeout=_remaining(deadline)) if deadline is not None else self._queue.get()
@@ -250,8 +255,11 @@ def _remaining(deadline: float) -> float:
     return max(0.0, deadline - time.monotonic())
 
 
-class Watch:
+class Watch(Generic[R]):
     """The consumer's handle on a watch: blocking ``get``, iteration, ``close``, ``with``.
+
+    A watch of a ``Query[R]`` (``Query.endpoints()``: ``R`` is ``Endpoint``) is a ``Watch[R]``:
+    its events are ``WatchEvent[R]``, whose ``Added.instance`` is an ``R``.
 
     ``get(timeout)`` raises :class:`WatchTimeout` (also a ``queue.Empty``) when nothing arrives
     in time, :class:`~discovery_sync.errors.WatchClosed` after ``close()`` and
@@ -262,18 +270,18 @@ class Watch:
     client; a watch dropped without ``close()`` stays fed, and held, until the client shuts down.
     """
 
-    def __init__(self, feed: WatchFeed) -> None:
+    def __init__(self, feed: WatchFeed[R]) -> None:
         self._feed = feed
 
     @property
-    def query(self) -> Query:
+    def query(self) -> Query[R]:
         return self._feed.query
 
     @property
     def closed(self) -> bool:
         return self._feed.closed
 
-    def get(self, timeout: float | None = None) -> DiscoveryEvent:
+    def get(self, timeout: float | None = None) -> WatchEvent[R]:
         """The next event; block at most ``timeout`` seconds (None or infinity: until one arrives)."""
         timeout = wait_timeout(timeout, "timeout")
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -281,7 +289,7 @@ class Watch:
         self._feed._after_take()
         return event
 
-    def events(self, idle_timeout: float | None = None) -> Iterator[DiscoveryEvent]:
+    def events(self, idle_timeout: float | None = None) -> Iterator[WatchEvent[R]]:
         """Iterate over events; stop when the watch closes or ``idle_timeout`` passes without one."""
         idle_timeout = wait_timeout(idle_timeout, "idle_timeout")
         while True:
@@ -290,10 +298,10 @@ class Watch:
             except (WatchClosed, WatchTimeout):
                 return
 
-    def __iter__(self) -> Iterator[DiscoveryEvent]:
+    def __iter__(self) -> Iterator[WatchEvent[R]]:
         return self.events()
 
-    def snapshot(self) -> tuple[DiscoveryInstance, ...]:
+    def snapshot(self) -> tuple[R, ...]:
         """The records the backend currently knows to match (independent of what was consumed)."""
         return self._feed.snapshot()
 
@@ -301,7 +309,7 @@ class Watch:
         """Stop the watch; a consumer blocked in ``get`` wakes with WatchClosed. Idempotent."""
         self._feed.close()
 
-    def __enter__(self) -> Watch:
+    def __enter__(self) -> Watch[R]:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

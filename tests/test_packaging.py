@@ -123,18 +123,6 @@ def test_the_wheel_holds_the_library_and_its_cli_only(wheel):
     assert {name: found for name, found in offenders.items() if found} == {}
 
 
-def test_register_returns_the_kind_of_its_spec_to_a_type_checker():
-    case = REPO / "tests" / "typing_cases" / "register_overloads.py"
-    result = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent", "--no-incremental", str(case)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-
-
 BLOCK_CLIENT_LIBRARIES = textwrap.dedent(
     """
     import sys

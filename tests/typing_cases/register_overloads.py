@@ -15,6 +15,6 @@ def registered_kinds(client: ds.Discovery) -> None:
     assert_type(model, ds.Model)
     channel = client.register(ds.EventChannelSpec(ds.EventScope.for_namespace("ns"), "kv", ds.NatsTransport("x")))
     assert_type(channel, ds.EventChannel)
-    assert_type(client.list(ds.Query.endpoints()), list[ds.DiscoveryInstance])
+    assert_type(client.list(ds.Query.endpoints()), list[ds.Endpoint])
     with client.lease_endpoint(ds.EndpointSpec("ns", "c", "e", ds.Transport.tcp("127.0.0.1:1"))) as lease:
         assert_type(lease.instance, ds.Endpoint)
