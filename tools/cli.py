@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn
 
 import discovery_sync as ds
+from discovery_sync.validation import printable
 
 from . import commands, help_text
 from .output import FORMATS
@@ -35,7 +36,7 @@ class _Parser(argparse.ArgumentParser):
     """An argument parser that reports a bad command line in one line on stderr (exit 2)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE_ERROR, f"{PROG}: error: {_one_line(message)}; see '{self.prog} --help'\n")
+        self.exit(EXIT_USAGE_ERROR, f"{PROG}: error: {printable(_one_line(message))}; see '{self.prog} --help'\n")
 
 
 EPILOG = f"""\
@@ -98,7 +99,7 @@ class _LogLine(logging.Formatter):
     """``discovery-sync: warning: message`` (the traceback of a logged exception only with -vvv)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        line = f"{PROG}: {record.levelname.lower()}: {record.getMessage()}"
+        line = f"{PROG}: {record.levelname.lower()}: {printable(record.getMessage())}"
         if record.exc_info and logging.getLogger("discovery_sync").level <= logging.DEBUG:
             line += "\n" + self.formatException(record.exc_info)
         return line
@@ -192,11 +193,15 @@ def _add_reading_commands(command: _CommandAdder) -> None:
     )
     _add_filters(listing)
 
-    get = command("get", "print one record, by its store key", help_text.GET, help_text.GET_EXAMPLES, commands.cmd_get)
-    get.add_argument(
-        "key", metavar="KEY", help="store key (v1/instances/ns/component/endpoint/2a), or id path with --kind"
+    get = command(
+        "get", "print one record, by the id list shows", help_text.GET, help_text.GET_EXAMPLES, commands.cmd_get
     )
-    get.add_argument("--kind", type=_kind(allow_all=False), help="the kind of record KEY is an id path of")
+    get.add_argument(
+        "key",
+        metavar="KEY",
+        help="the ID list shows (or a unique prefix of it), ns/component/endpoint/ID, or a store key",
+    )
+    get.add_argument("--kind", type=_kind(allow_all=False), help="look among records of this kind only")
 
     watch = command(
         "watch", "follow changes as they happen", help_text.WATCH, help_text.WATCH_EXAMPLES, commands.cmd_watch
@@ -292,7 +297,7 @@ def _report(exc: BaseException, message: str) -> None:
     """Print ``message`` as one error line on stderr, after the traceback of ``exc`` in debug mode."""
     if _debug():
         traceback.print_exception(exc, file=sys.stderr)
-    print(f"{PROG}: error: {_one_line(message) or type(exc).__name__}", file=sys.stderr)
+    print(f"{PROG}: error: {printable(_one_line(message)) or type(exc).__name__}", file=sys.stderr)
 
 
 def _silence_stdout() -> None:
