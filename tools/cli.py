@@ -22,7 +22,7 @@ from discovery_sync.validation import printable
 
 from . import commands, help_text
 from .output import FORMATS
-from .store import DEFAULT_TIMEOUT, kind_name, store_name
+from .store import DEFAULT_TIMEOUT, environment_store, kind_name
 
 PROG = help_text.PROG
 EXIT_STORE_ERROR = 1  # the store failed or refused (every DiscoveryError but ValidationError), or a bug
@@ -272,15 +272,17 @@ def _add_tool_commands(command: _CommandAdder) -> None:
 
 
 def _naming_the_store(message: str, url: str | None) -> str:
-    """A store error's message, with the store's URL added unless it names its host or path already."""
+    """A store error's message, with the store added unless it names its host or path already
+    (``url`` None: the store the environment chose, and the variables that chose it)."""
+    where, source = (url, "") if url is not None else environment_store()
     try:
-        parts = urllib.parse.urlsplit(url or "")
+        parts = urllib.parse.urlsplit(where)
     except ValueError:
         return message
     named = [part for part in (parts.netloc, parts.path) if part and part != "/"]
     if any(part in message for part in named):
         return message
-    return f"{message} (store: {store_name(url)})"
+    return f"{message} (store: {where}{', ' + source if source else ''})"
 
 
 def _one_line(text: str) -> str:
