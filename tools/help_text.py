@@ -14,11 +14,11 @@ Kubernetes resource, no store directory is created. Global options (--url, --tim
 Output: aligned tables, on a terminal and piped alike (-o wide adds columns); -o json for
 JSON lines, -o yaml for YAML. Characters a terminal would act on (escape sequences, CR,
 bidi controls) are shown escaped. Without --url, each command says on a terminal which
-store the environment chose. Records are keyed by their store key,
-{bucket}/{id path}, and instance ids are shown in hex, as the keys hold them; JSON output
-keeps the records' wire format (ids as decimal integers there). There is no AGE column:
-no backend keeps when a record was created (a file's mtime is its heartbeat, etcd
-revisions are not times, a Kubernetes resource is per worker, not per record).
+store the environment chose. Records are keyed by their store key, {bucket}/{id path},
+and instance ids are shown in hex, as the keys hold them; JSON output keeps the records'
+wire format (ids as decimal integers there). There is no AGE column: no backend keeps
+when a record was created (a file's mtime is its heartbeat, etcd revisions are not
+times, a Kubernetes resource is per worker, not per record).
 
 No shell completion is shipped (it would need a dependency)."""
 
