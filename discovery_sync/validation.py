@@ -6,6 +6,7 @@ Every failure raises ValidationError with a message that names the field and say
 from __future__ import annotations
 
 import operator
+import os
 from typing import Any
 
 from .errors import ValidationError
@@ -57,6 +58,20 @@ def check_unicode(value: str, field: str) -> str:
     if not is_unicode(value):
         raise ValidationError(f"{field} {value!r} is not valid Unicode text (it holds a lone surrogate)")
     return value
+
+
+def printable(name: str) -> str:
+    """``name`` safe to show on a terminal or in a log line: itself when every character is
+    printable, else its Python escapes (``\\x1b``, ``\\r``, ``\\u202e``; backslashes doubled), so
+    that no record can send a terminal a control sequence or reorder what it shows. Escaped: C0
+    controls (ESC, CR, LF, BEL, TAB...), DEL, C1 (U+0080-U+009F), format characters (the bidi
+    controls U+202A-U+202E and U+2066-U+2069, zero-width ones), line and paragraph separators,
+    unassigned code points. Bytes that are not UTF-8 (a file name's) show as ``\\xNN``."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return repr(os.fsencode(name))[2:-1]
+    return name if name.isprintable() else repr(name)[1:-1]
 
 
 def check_instance_id(value: Any, field: str = "instance_id", *, maximum: int = U64_MAX) -> int:

@@ -18,10 +18,11 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn
 
 import discovery_sync as ds
+from discovery_sync.validation import printable
 
 from . import commands, help_text
 from .output import FORMATS
-from .store import DEFAULT_TIMEOUT, kind_name, store_name
+from .store import DEFAULT_TIMEOUT, environment_store, kind_name
 
 PROG = help_text.PROG
 EXIT_STORE_ERROR = 1  # the store failed or refused (every DiscoveryError but ValidationError), or a bug
@@ -35,7 +36,7 @@ class _Parser(argparse.ArgumentParser):
     """An argument parser that reports a bad command line in one line on stderr (exit 2)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE_ERROR, f"{PROG}: error: {_one_line(message)}; see '{self.prog} --help'\n")
+        self.exit(EXIT_USAGE_ERROR, f"{PROG}: error: {printable(_one_line(message))}; see '{self.prog} --help'\n")
 
 
 EPILOG = f"""\
@@ -98,7 +99,7 @@ class _LogLine(logging.Formatter):
     """``discovery-sync: warning: message`` (the traceback of a logged exception only with -vvv)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        line = f"{PROG}: {record.levelname.lower()}: {record.getMessage()}"
+        line = f"{PROG}: {record.levelname.lower()}: {printable(record.getMessage())}"
         if record.exc_info and logging.getLogger("discovery_sync").level <= logging.DEBUG:
             line += "\n" + self.formatException(record.exc_info)
         return line
@@ -192,11 +193,15 @@ def _add_reading_commands(command: _CommandAdder) -> None:
     )
     _add_filters(listing)
 
-    get = command("get", "print one record, by its store key", help_text.GET, help_text.GET_EXAMPLES, commands.cmd_get)
-    get.add_argument(
-        "key", metavar="KEY", help="store key (v1/instances/ns/component/endpoint/2a), or id path with --kind"
+    get = command(
+        "get", "print one record, by the id list shows", help_text.GET, help_text.GET_EXAMPLES, commands.cmd_get
     )
-    get.add_argument("--kind", type=_kind(allow_all=False), help="the kind of record KEY is an id path of")
+    get.add_argument(
+        "key",
+        metavar="KEY",
+        help="the ID list shows (or a unique prefix of it), ns/component/endpoint/ID, or a store key",
+    )
+    get.add_argument("--kind", type=_kind(allow_all=False), help="look among records of this kind only")
 
     watch = command(
         "watch", "follow changes as they happen", help_text.WATCH, help_text.WATCH_EXAMPLES, commands.cmd_watch
@@ -267,15 +272,17 @@ def _add_tool_commands(command: _CommandAdder) -> None:
 
 
 def _naming_the_store(message: str, url: str | None) -> str:
-    """A store error's message, with the store's URL added unless it names its host or path already."""
+    """A store error's message, with the store added unless it names its host or path already
+    (``url`` None: the store the environment chose, and the variables that chose it)."""
+    where, source = (url, "") if url is not None else environment_store()
     try:
-        parts = urllib.parse.urlsplit(url or "")
+        parts = urllib.parse.urlsplit(where)
     except ValueError:
         return message
     named = [part for part in (parts.netloc, parts.path) if part and part != "/"]
     if any(part in message for part in named):
         return message
-    return f"{message} (store: {store_name(url)})"
+    return f"{message} (store: {where}{', ' + source if source else ''})"
 
 
 def _one_line(text: str) -> str:
@@ -292,7 +299,7 @@ def _report(exc: BaseException, message: str) -> None:
     """Print ``message`` as one error line on stderr, after the traceback of ``exc`` in debug mode."""
     if _debug():
         traceback.print_exception(exc, file=sys.stderr)
-    print(f"{PROG}: error: {_one_line(message) or type(exc).__name__}", file=sys.stderr)
+    print(f"{PROG}: error: {printable(_one_line(message)) or type(exc).__name__}", file=sys.stderr)
 
 
 def _silence_stdout() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib.resources
 import signal
 import sys
 import threading
@@ -12,11 +11,14 @@ from collections.abc import Mapping
 from typing import Any
 
 import discovery_sync as ds
+from discovery_sync.validation import printable
 
+from . import lookup
+from .manifests import MANIFESTS, manifest_documents, manifest_texts
 from .output import Printer, store_key
-from .progress import ProgressBar, waiting
+from .progress import ProgressBar, is_terminal, waiting
 from .spec_files import load_specs
-from .store import open_store, parse_key, queries, query, store_name
+from .store import environment_store, open_store, queries, query, store_name
 
 CLEAR_SCREEN = "\x1b[H\x1b[2J"
 PROBLEM_EXIT = 1  # doctor found problems, get found nothing, gc left dead records behind
@@ -48,14 +50,16 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_get(args: argparse.Namespace) -> int:
-    identity = parse_key(args.key, args.kind)
+    target = lookup.wanted(args.key, args.kind)  # a bad key is reported before any connection is made
     printer = Printer(args.output)
-    with open_store(args, read_only=True) as client, waiting(f"reading {store_key(identity)}"):
-        instance = client.get(identity)
-    if instance is None:
-        _say(f"discovery-sync: no record {store_key(identity)} in {store_name(args.url)}")
+    with open_store(args, read_only=True) as client, waiting(f"looking for {printable(target.text)}"):
+        found = lookup.find(client, target)
+    if not found:
+        _say(f"discovery-sync: {target.miss(store_name(args.url))}")
         return PROBLEM_EXIT
-    printer.records([instance])
+    if len(found) > 1:
+        raise ds.ValidationError(target.ambiguous(found))
+    printer.records(found)
     return 0
 
 
@@ -64,8 +68,9 @@ def cmd_watch(args: argparse.Namespace) -> int:
     watched = query(args, args.kind)
     if args.live:
         return _watch_live(args, printer, watched)
-    with open_store(args, read_only=True) as client, client.list_and_watch(watched) as watch:
-        if printer.tabular and sys.stderr.isatty():
+    header = printer.tabular and is_terminal(sys.stderr)  # it names the store: no other line needed
+    with open_store(args, read_only=True, announce=not header) as client, client.list_and_watch(watched) as watch:
+        if header:
             _say(f"watching {watched.kind_name} in {store_name(args.url)}; Ctrl-C to stop")
         for count, event in enumerate(watch.events(idle_timeout=args.idle_timeout), start=1):  # Ctrl-C: cli.run
             printer.event(event)
@@ -76,8 +81,11 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 def _watch_live(args: argparse.Namespace, printer: Printer, watched: ds.Query) -> int:
     """Redraw the records of a live view on every change (documents when not a table)."""
-    redraw = printer.tabular and printer.stream.isatty()
-    with open_store(args, read_only=True) as client, client.live_view(watched, key=lambda i: i.id()) as view:
+    redraw = printer.tabular and is_terminal(printer.stream)  # the title names the store
+    with (
+        open_store(args, read_only=True, announce=not redraw) as client,
+        client.live_view(watched, key=lambda i: i.id()) as view,
+    ):
         shown = 0
         while True:
             version = view.version
@@ -100,18 +108,24 @@ def _draw(printer: Printer, instances: list[ds.DiscoveryInstance], version: int,
     heading = f"{title} at {time.strftime('%H:%M:%S')}: {count} record{'' if count == 1 else 's'}"
     if redraw:
         heading += " (Ctrl-C to stop)"
-    lines = [heading, ""]
+    lines = [printable(heading), ""]
     if instances:
         lines += printer.table_lines(printer.record_headers(), printer.record_rows(instances))
     printer.write((CLEAR_SCREEN if redraw else "") + "".join(line + "\n" for line in lines) + ("" if redraw else "\n"))
 
 
-def _stop_on_signal() -> threading.Event:
-    """An event set by SIGINT or SIGTERM from now on (installed before saying "press Ctrl-C")."""
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    return stop
+class _Stop:
+    """Set by SIGINT or SIGTERM once installed (before saying "press Ctrl-C"); remembers which."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.signal = 0
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum: int, frame: object) -> None:
+        self.signal = signum
+        self.event.set()
 
 
 def cmd_register(args: argparse.Namespace) -> int:
@@ -127,17 +141,19 @@ def cmd_register(args: argparse.Namespace) -> int:
                 printer.records([instance])
         if printer.tabular:
             printer.records(registered)
-        if args.hold:
-            stop = _stop_on_signal()
+        stop = _Stop() if args.hold else None
+        if stop is not None:
             _say("holding the registration; press Ctrl-C to remove it")
-            stop.wait()
+            stop.event.wait()
+    if stop is not None and stop.signal == signal.SIGINT:
+        raise KeyboardInterrupt  # the records are removed: exit 130 as for any Ctrl-C (SIGTERM: 0)
     return 0
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     printer = Printer(args.output)
     try:
-        client = open_store(args, read_only=True)
+        client = open_store(args, read_only=True, announce=not printer.tabular)  # the table's first line names it
     except ds.BackendUnavailable as exc:  # a store no client may use (a symlinked bucket, say) is a finding too
         report: dict[str, Any] = {"url": store_name(args.url), "problems": [str(exc)]}
     else:
@@ -145,7 +161,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             report = client.diagnose()
     problems = report.get("problems") or []
     if printer.tabular:
-        printer.lines(doctor_lines(report, store_name(args.url)))
+        where, source = (args.url, None) if args.url is not None else environment_store()
+        printer.lines(doctor_lines(report, where, source))
     else:
         printer.document(report)
         for problem in problems:
@@ -157,11 +174,14 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 _REPORT_PLUMBING = {"backend", "instance_id", "problems", "url", "buckets"}
 
 
-def doctor_lines(report: Mapping[str, Any], store: str) -> list[str]:
-    """The human form of a diagnose() report: one line per check, ``ok`` or ``PROBLEM``, then what to do."""
+def doctor_lines(report: Mapping[str, Any], store: str, source: str | None = None) -> list[str]:
+    """The human form of a diagnose() report: one line per check, ``ok`` or ``PROBLEM``, then what
+    to do. The first names the store, and ``source``: the variables it came from."""
     problems: list[str] = list(report.get("problems") or [])
     backend = report.get("backend")
-    lines = [f"store    {store}" + (f" ({backend} backend)" if backend else "")]
+    about = [f"{backend} backend"] if backend else []
+    about += [source] if source else []
+    lines = [f"store    {store}" + (f" ({', '.join(about)})" if about else "")]
     reached = backend is not None and not (problems and set(report) <= _REPORT_PLUMBING)
     lines.append("ok       the store answers" if reached else "PROBLEM  the store cannot be used (see below)")
     settings = {k: v for k, v in report.items() if k not in _REPORT_PLUMBING and not isinstance(v, (dict, list))}
@@ -215,18 +235,15 @@ def cmd_gc(args: argparse.Namespace) -> int:
     return PROBLEM_EXIT if not_removed else 0
 
 
-MANIFESTS = {"crd": "crd.yaml", "rbac": "rbac.yaml"}
-
-
-def manifest_texts(names: list[str]) -> list[str]:
-    """The texts of the named manifests (``crd``, ``rbac``), as the package ships them."""
-    # discovery_sync.backends, not .kube: reading a file must not import the Kubernetes client
-    folder = importlib.resources.files("discovery_sync.backends").joinpath("kube", "manifests")
-    return [folder.joinpath(MANIFESTS[name]).read_text(encoding="utf-8") for name in names]
-
-
 def cmd_manifests(args: argparse.Namespace) -> int:
+    """The manifests as the package ships them (YAML, comments included), or -o json: one JSON
+    line per Kubernetes object (kubectl apply -f - takes either)."""
     names = [name for name in MANIFESTS if getattr(args, name)] or list(MANIFESTS)
+    if args.output == "json":
+        printer = Printer("json")
+        for document in manifest_documents(names):
+            printer.document(document)
+        return 0
     texts = [text if text.endswith("\n") else text + "\n" for text in manifest_texts(names)]
     sys.stdout.write("---\n".join(texts))
     sys.stdout.flush()

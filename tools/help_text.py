@@ -11,12 +11,14 @@ Read-only commands (list, get, watch, doctor, gc --dry-run) never write: no leas
 Kubernetes resource, no store directory is created. Global options (--url, --timeout,
 -o/--output) may come before or after the command.
 
-Output: on a terminal, aligned tables (-o wide adds columns); piped, JSON lines, as
-scripts expect (-o json); -o yaml for YAML. Records are keyed by their store key,
-{bucket}/{id path}, and instance ids are shown in hex, as the keys hold them; JSON output
-keeps the records' wire format (ids as decimal integers there). There is no AGE column:
-no backend keeps when a record was created (a file's mtime is its heartbeat, etcd
-revisions are not times, a Kubernetes resource is per worker, not per record).
+Output: aligned tables, on a terminal and piped alike (-o wide adds columns); -o json for
+JSON lines, -o yaml for YAML. Characters a terminal would act on (escape sequences, CR,
+bidi controls) are shown escaped. Without --url, each command says on a terminal which
+store the environment chose. Records are keyed by their store key, {bucket}/{id path},
+and instance ids are shown in hex, as the keys hold them; JSON output keeps the records'
+wire format (ids as decimal integers there). There is no AGE column: no backend keeps
+when a record was created (a file's mtime is its heartbeat, etcd revisions are not
+times, a Kubernetes resource is per worker, not per record).
 
 No shell completion is shipped (it would need a dependency)."""
 
@@ -39,7 +41,7 @@ TIMEOUT_HELP = (
     "seconds to wait for connecting and for each request to the store (default: %(default)s; "
     "options given in the URL win)"
 )
-OUTPUT_HELP = "output format: table, wide, json (JSON lines) or yaml (default: table on a terminal, json when piped)"
+OUTPUT_HELP = "output format: table (the default, piped too), wide, json (JSON lines) or yaml"
 
 KIND_HELP = "which records: all, endpoints, models, event_channels or event_sources (singular forms work too)"
 SCOPE_HELP = """event scope as JSON, e.g. '{"kind": "namespace", "name": "ns"}' (event channels and sources)"""
@@ -62,21 +64,27 @@ examples:
   {PROG} list -o json > records.jsonl"""
 
 GET = """\
-Print one record, given its store key ({bucket}/{id path}, as list -o wide shows it) or,
-with --kind, its id path. Exit status 1 when there is no such record."""
+Print one record, given the ID list shows (the instance id in hex, or enough of its first
+digits to name one record), its id path (namespace/component/endpoint/ID, ID a prefix too;
+a model card's suffix may follow), or its store key ({bucket}/{id path}, as list -o wide
+shows it). A worker's endpoint and model card share its id: --kind chooses between them.
+An id that names several records is an error listing them. Exit status 1 when there is no
+such record."""
 
 GET_EXAMPLES = f"""\
 examples:
-  {PROG} get v1/instances/dynamo/backend/generate/1f2e3d4c
-  {PROG} get v1/mdc/dynamo/backend/generate/1f2e3d4c/my-lora -o json
-  {PROG} get --kind endpoints dynamo/backend/generate/1f2e3d4c"""
+  {PROG} get 1f2e3d4c5b6a7988 --kind endpoints
+  {PROG} get 1f2e --kind models -o json
+  {PROG} get dynamo/backend/generate/1f2e3d4c5b6a7988/my-lora
+  {PROG} get v1/instances/dynamo/backend/generate/1f2e3d4c5b6a7988"""
 
 WATCH = """\
 Follow changes of one kind of record (default: endpoints). A watch first reports every
 matching record (ADDED), then RESYNC with the whole set, then each change as it happens.
-On a terminal each event is a line: time, event, store key and a summary; piped, each is
-a JSON line (-o json). --live instead redraws a table of the current records on every
-change (piped: one JSON line per change, {"version": N, "instances": [...]}).
+Each event is a line: time, event, store key and a summary (-o json: a JSON line each).
+--live instead redraws a table of the current records on every change (piped, it prints
+each table in turn; -o json: one JSON line per change, {"version": N, "instances": [...]}).
+--timeout bounds each request, not the watch: --count or --idle-timeout end it.
 
 One watch follows one kind: run one per kind to follow several."""
 
@@ -90,7 +98,8 @@ examples:
 
 REGISTER = """\
 Register the record(s) described by a JSON spec file (- for stdin) and hold them until
-Ctrl-C (or remove them at once with --no-hold). The file holds one spec, or a list of them.
+Ctrl-C (exit status 130, as for any Ctrl-C; SIGTERM: 0), or remove them at once with
+--no-hold. The file holds one spec, or a list of them.
 
 A spec is a record without its instance id (this client fills in its own), tagged by
 "type". One of each kind:
@@ -157,14 +166,16 @@ examples:
 MANIFESTS = """\
 Print the Kubernetes manifests the kube:// backend needs: the DynamoWorkerMetadata
 CustomResourceDefinition (--crd) and the RBAC role and binding of its workers (--rbac);
-both by default, as YAML documents separated by ---. Apply the CRD once per cluster and
+both by default, as YAML documents separated by --- (-o json: one JSON line per object).
+Apply the CRD once per cluster and
 the RBAC in each namespace the workers run in (kubectl apply -n NAMESPACE; its RoleBinding
 names the service account "default": edit it if the worker pods run as another)."""
 
 MANIFESTS_EXAMPLES = f"""\
 examples:
   {PROG} manifests --crd | kubectl apply -f -
-  {PROG} manifests --rbac > rbac.yaml"""
+  {PROG} manifests --rbac > rbac.yaml
+  {PROG} manifests -o json | jq .kind"""
 
 DEMO = "Run a short live demo on a temporary file store: one client registers, another watches."
 DEMO_EXAMPLES = f"""\

@@ -1,12 +1,16 @@
 """What the CLI prints: tables (table, wide), JSON lines and YAML documents of records, events and reports.
 
 Standard library only: a table formatter (column widths from the content; cut to the terminal's
-width unless wide), a small YAML emitter for JSON data, and one line per watch event.
+width unless wide or piped), a small YAML emitter for JSON data, and one line per watch event.
+
+Nothing a record holds reaches the terminal raw: every table cell and event line goes through
+:func:`discovery_sync.validation.printable` (control characters, C1 and bidi controls shown as
+escapes, as log lines show file names), JSON lines and YAML write such characters as escapes.
 """
 
 from __future__ import annotations
 
-import json
+import math
 import re
 import shutil
 import sys
@@ -17,6 +21,9 @@ from typing import Any, TextIO
 import orjson
 
 import discovery_sync as ds
+from discovery_sync.validation import printable
+
+from .progress import is_terminal
 
 FORMATS = ("table", "wide", "json", "yaml")
 COLUMN_GAP = "   "
@@ -33,16 +40,7 @@ WIDE_HEADERS = [*RECORD_HEADERS, "MODEL", "KEY"]
 EVENT_NAMES = {"Added": "ADDED", "Removed": "REMOVED", "ModelTaintsUpdated": "TAINTS", "Resync": "RESYNC"}
 
 
-def default_format(stream: TextIO) -> str:
-    """``table`` on a terminal, ``json`` otherwise (scripts get today's JSON lines)."""
-    return "table" if _isatty(stream) else "json"
-
-
-def _isatty(stream: TextIO) -> bool:
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError):
-        return False
+DEFAULT_FORMAT = "table"  # on a terminal and piped alike, as kubectl and etcdctl do: scripts ask for -o json
 
 
 # -- records ---------------------------------------------------------------------------------------
@@ -123,7 +121,8 @@ def table(
 ) -> list[str]:
     """Aligned lines (header first); columns are as wide as their content, the widest ones cut
     (ending in ``cut``) so that each line fits ``width`` characters (None: never cut)."""
-    rows = [list(row) for row in rows]
+    headers = [printable(header) for header in headers]
+    rows = [[printable(cell) for cell in row] for row in rows]
     widths = [max([len(header)] + [len(row[i]) for row in rows]) for i, header in enumerate(headers)]
     if width is not None:
         floors = [max(len(header), MIN_COLUMN) for header in headers]
@@ -147,9 +146,70 @@ def table(
     return [line(headers)] + [line(row) for row in rows]
 
 
+# -- JSON ------------------------------------------------------------------------------------------
+def _json_escape(char: str) -> str:
+    code = ord(char)
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000  # a UTF-16 surrogate pair, as JSON writes a character beyond the BMP
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
+def to_json(data: Any) -> str:
+    """One line of JSON (orjson's), with the characters a terminal would act on escaped: orjson
+    escapes C0 controls only, and writes DEL, C1 and bidi controls raw. They can only stand in
+    strings there, where ``\\uXXXX`` is the same character: the data is unchanged."""
+    text = orjson.dumps(data).decode()
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else _json_escape(char) for char in text)
+
+
 # -- YAML ------------------------------------------------------------------------------------------
 _PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 _YAML_WORDS = {"true", "false", "null", "yes", "no", "on", "off", "y", "n"}
+MAX_SIMPLE_KEY = 1000  # YAML readers refuse an implicit key over 1,024 characters: longer ones are explicit (?)
+_YAML_ESCAPES = {'"': '\\"', "\\": "\\\\"}
+
+
+def _yaml_escape(char: str) -> str:
+    if char in _YAML_ESCAPES:
+        return _YAML_ESCAPES[char]
+    if char.isprintable():  # every printable character is printable in YAML as well
+        return char
+    code = ord(char)
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+def _quoted(text: str) -> str:
+    """A double-quoted YAML scalar: printable characters as they are (UTF-8, emoji included),
+    others as YAML escapes (``\\x1b``, ``\\u202e``, ``\\U0001f600``: never a surrogate pair)."""
+    if text.isprintable() and '"' not in text and "\\" not in text:
+        return f'"{text}"'
+    return '"' + "".join(_yaml_escape(char) for char in text) + '"'
+
+
+def _float(value: float) -> str:
+    """A float as YAML 1.1 reads it back as a float: a dot in the mantissa (``1.0e-05``, not
+    ``1e-05``, which is a string there), ``.inf``/``.nan`` for what JSON cannot hold."""
+    if math.isnan(value):
+        return ".nan"
+    if math.isinf(value):
+        return ".inf" if value > 0 else "-.inf"
+    mantissa, e, exponent = repr(value).partition("e")  # repr's exponent always has its sign
+    if "." not in mantissa:
+        mantissa += ".0"
+    return mantissa + e + exponent
+
+
+def _scalar(value: Any) -> str:
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return _float(value)
+    return _quoted(value if isinstance(value, str) else str(value))
 
 
 def _key(key: Any) -> str:
@@ -157,25 +217,25 @@ def _key(key: Any) -> str:
     text = str(key)
     if _PLAIN_KEY.fullmatch(text) and text.lower() not in _YAML_WORDS:
         return text
-    return _scalar(text)
+    return _quoted(text)
 
 
-def _scalar(value: Any) -> str:
-    """JSON's form of a scalar, which is valid YAML too (strings double-quoted, escapes ASCII-only)."""
-    return json.dumps(value, ensure_ascii=True)
+def _entry(pad: str, key: Any, item: Any, indent: int) -> list[str]:
+    """The lines of one ``key: item`` of a block mapping; an explicit ``? key`` when it is long."""
+    shown, nested = _key(key), isinstance(item, (dict, list)) and item
+    if len(shown) <= MAX_SIMPLE_KEY:
+        if nested:
+            return [f"{pad}{shown}:", *_yaml_lines(item, indent + 2)]
+        return [f"{pad}{shown}: {_inline(item)}"]
+    if nested:
+        return [f"{pad}? {shown}", f"{pad}:", *_yaml_lines(item, indent + 2)]
+    return [f"{pad}? {shown}", f"{pad}: {_inline(item)}"]
 
 
 def _yaml_lines(value: Any, indent: int) -> list[str]:
     pad = " " * indent
     if isinstance(value, dict) and value:
-        lines = []
-        for key, item in value.items():
-            if isinstance(item, (dict, list)) and item:
-                lines.append(f"{pad}{_key(key)}:")
-                lines += _yaml_lines(item, indent + 2)
-            else:
-                lines.append(f"{pad}{_key(key)}: {_inline(item)}")
-        return lines
+        return [line for key, item in value.items() for line in _entry(pad, key, item, indent)]
     if isinstance(value, list) and value:
         lines = []
         for item in value:
@@ -198,7 +258,8 @@ def _inline(value: Any) -> str:
 
 
 def to_yaml(data: Any) -> str:
-    """A JSON value as a block-style YAML document (without the ``---``)."""
+    """A JSON value as a block-style YAML document (without the ``---``) that YAML 1.1 readers
+    (PyYAML's pure and libyaml loaders) read back as the same value."""
     return "\n".join(_yaml_lines(data, 0)) + "\n"
 
 
@@ -208,7 +269,7 @@ class Printer:
 
     def __init__(self, fmt: str | None, stream: TextIO | None = None) -> None:
         self.stream = stream if stream is not None else sys.stdout
-        self.format = fmt or default_format(self.stream)
+        self.format = fmt or DEFAULT_FORMAT
         self._documents = 0
 
     @property
@@ -220,7 +281,8 @@ class Printer:
         self.stream.flush()
 
     def lines(self, lines: Iterable[str]) -> None:
-        self.write("".join(line + "\n" for line in lines))
+        """Lines of text, each shown escaped (:func:`printable`) if it holds a control character."""
+        self.write("".join(printable(line) + "\n" for line in lines))
 
     def document(self, data: Any) -> None:
         """One JSON line, or one YAML document (``---`` between documents)."""
@@ -228,11 +290,11 @@ class Printer:
             separator = "---\n" if self._documents else ""
             self.write(separator + to_yaml(data))
         else:
-            self.write(orjson.dumps(data).decode() + "\n")
+            self.write(to_json(data) + "\n")
         self._documents += 1
 
     def table_lines(self, headers: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
-        width = None if self.format == "wide" else terminal_width()
+        width = terminal_width() if self.format == "table" and is_terminal(self.stream) else None  # piped: never cut
         return table(headers, rows, width=width, cut=ellipsis(self.stream))
 
     def table(self, headers: Sequence[str], rows: Iterable[Sequence[str]]) -> None:
@@ -273,4 +335,4 @@ def event_line(event: ds.DiscoveryEvent, now: float) -> str:
     else:
         count = len(event.instances)
         key, text = f"{count} record{'' if count == 1 else 's'}", "the complete current set"
-    return f"{stamp}  {name:<7}  {key}  {text}".rstrip()
+    return f"{stamp}  {name:<7}  {printable(key)}  {printable(text)}".rstrip()

@@ -21,7 +21,8 @@ BAR_WIDTH = 24
 CLEAR_LINE = "\r\x1b[K"
 
 
-def _isatty(stream: TextIO) -> bool:
+def is_terminal(stream: TextIO) -> bool:
+    """Whether ``stream`` is a terminal (False for anything that cannot tell)."""
     try:
         return stream.isatty()
     except (AttributeError, ValueError):
@@ -34,7 +35,7 @@ class ProgressBar:
     def __init__(self, label: str, stream: TextIO | None = None) -> None:
         self.label = label
         self.stream = stream if stream is not None else sys.stderr
-        self.enabled = _isatty(self.stream)
+        self.enabled = is_terminal(self.stream)
         self._drawn = False
         self._lock = threading.Lock()
 
@@ -68,7 +69,7 @@ class ProgressBar:
 def waiting(label: str, stream: TextIO | None = None, show_after: float = SHOW_AFTER) -> Iterator[None]:
     """Show ``label... N.N s`` on a terminal while the block runs longer than ``show_after`` seconds."""
     out = stream if stream is not None else sys.stderr
-    if not _isatty(out):
+    if not is_terminal(out):
         yield
         return
     done = threading.Event()

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import importlib
+import os
+import sys
 import urllib.parse
 from typing import Any
 
@@ -10,9 +13,10 @@ import orjson
 
 import discovery_sync as ds
 
-from .progress import waiting
+from .progress import is_terminal, waiting
 
 DEFAULT_TIMEOUT = 5.0  # seconds, like etcdctl's --command-timeout
+DEFAULT_ETCD_ENDPOINTS = "http://localhost:2379"  # the etcd backend's (and the reference's) without ETCD_ENDPOINTS
 SCOPE_EXAMPLE = """--scope '{"kind": "namespace", "name": "ns"}'"""
 
 # query kind names (Query.from_dict's) -> RecordKind, with the singular and dashed forms people type
@@ -48,14 +52,73 @@ def timeout_options(url: str | None, seconds: float) -> dict[str, object]:
 
 
 def store_name(url: str | None) -> str:
-    """The store as an error message names it."""
-    return url if url is not None else f"{ds.default_url()} (from the environment)"
+    """The store as the CLI names it: ``url``, or (None) the store the environment resolves to,
+    with the variables it came from: ``file:///srv/kv (from DYN_FILE_KV)``."""
+    if url is not None:
+        return url
+    where, source = environment_store()
+    return f"{where} ({source})"
 
 
-def open_store(args: argparse.Namespace, *, read_only: bool) -> ds.Discovery:
+def environment_store() -> tuple[str, str]:
+    """The store that connect() without a URL reaches, as a URL with its etcd endpoints or file
+    root filled in, and what chose it (``DYN_DISCOVERY_BACKEND``, ``ETCD_ENDPOINTS``, ``DYN_FILE_KV``
+    or the defaults). Never raises: a bad variable is connect()'s error to report."""
+    chosen = os.environ.get("DYN_DISCOVERY_BACKEND", "").strip()
+    try:
+        url = ds.default_url()
+    except ds.DiscoveryError:
+        return "no store", f"DYN_DISCOVERY_BACKEND={chosen!r} names no backend"
+    scheme = urllib.parse.urlsplit(url).scheme
+    by = [f"DYN_DISCOVERY_BACKEND={chosen}"] if chosen else []
+    if scheme == "etcd":
+        return _etcd_store(by)
+    if scheme == "file":
+        return _file_store(by)
+    return url, "from " + " and ".join(by)
+
+
+def _source(by: list[str], variable: str) -> str:
+    """``from A and B`` when ``variable`` is set, else that its default applies."""
+    if os.environ.get(variable, "").strip():
+        return "from " + " and ".join([*by, variable])
+    return ("from " + by[0] + "; " if by else "") + f"{variable} is not set: the default"
+
+
+def _etcd_store(by: list[str]) -> tuple[str, str]:
+    given = os.environ.get("ETCD_ENDPOINTS", "").strip()
+    hosts = [host.strip() for host in (given or DEFAULT_ETCD_ENDPOINTS).split(",") if host.strip()]
+    if all(host.startswith("http://") or "://" not in host for host in hosts):
+        where = "etcd://" + ",".join(host.removeprefix("http://") for host in hosts)
+    else:  # https endpoints have no etcd:// form: the URL would be etcd://host and certificates
+        where = "etcd at " + ", ".join(hosts)
+    return where, _source(by, "ETCD_ENDPOINTS")
+
+
+def _file_store(by: list[str]) -> tuple[str, str]:
+    # imported by name: the CLI's type check sees the backends in their source folder, not in the package
+    layout: Any = importlib.import_module("discovery_sync.backends.file.layout")
+    try:
+        root = str(layout.default_root())
+    except ds.DiscoveryError:  # a DYN_FILE_KV that is no path: connect() says what is wrong
+        root = os.environ.get("DYN_FILE_KV", "")
+    return f"file://{root}", _source(by, "DYN_FILE_KV")
+
+
+def announce_store(url: str | None) -> None:
+    """On a terminal, say on stderr which store the environment chose (nothing when ``--url`` did)."""
+    if url is None and is_terminal(sys.stderr):
+        print(f"store: {store_name(None)}", file=sys.stderr, flush=True)
+
+
+def open_store(args: argparse.Namespace, *, read_only: bool, announce: bool = True) -> ds.Discovery:
     """A client of ``--url`` whose waits are bounded by ``--timeout`` (options written in the URL
-    win); ``read_only``: one that never writes (no lease, no resource, no store directory)."""
+    win); ``read_only``: one that never writes (no lease, no resource, no store directory).
+    ``announce``: say which store the environment chose (:func:`announce_store`), unless the
+    command shows it in a header of its own."""
     url: str | None = args.url
+    if announce:
+        announce_store(url)
     try:
         given = {name for name, _ in urllib.parse.parse_qsl(urllib.parse.urlsplit(url or "").query)}
     except ValueError:  # connect() says what is wrong with the URL

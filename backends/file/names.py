@@ -21,6 +21,7 @@ from discovery_sync.errors import ValidationError
 from discovery_sync.identity import DiscoveryInstanceId, RecordKind, id_from_path
 from discovery_sync.model import DiscoveryInstance, instance_from_json
 from discovery_sync.pathcodec import decode, encode_filename
+from discovery_sync.validation import printable as printable  # re-exported: messages name files with it
 
 from .wire import LEFTOVER_PREFIXES
 
@@ -98,12 +99,3 @@ def _kind_of(st: os.stat_result) -> str:
 def is_leftover(name: str) -> bool:
     """A temp file of a writer, or a network filesystem's copy of a file deleted while open."""
     return name.startswith(LEFTOVER_PREFIXES)
-
-
-def printable(name: str) -> str:
-    """A name for messages, whatever bytes it holds (non-UTF-8 bytes shown as ``\\xNN``)."""
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
-        return repr(os.fsencode(name))[2:-1]
-    return name if name.isprintable() else repr(name)[1:-1]

@@ -140,7 +140,7 @@ def outside(tmp_path: Path) -> Outside:
 
 def doctor(store: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, list[str]]:
     """``discovery-sync doctor`` on the store: its exit code and its problems."""
-    code = cli_main(["--url", f"file://{store}", "doctor"])
+    code = cli_main(["--url", f"file://{store}", "doctor", "-o", "json"])
     report = orjson.loads(capsys.readouterr().out)
     return code, report["problems"]
 
@@ -460,7 +460,7 @@ def test_a_read_only_store_serves_readers_and_reports_what_it_cannot_sweep(store
         with pytest.raises(ds.BackendUnavailable, match="Read-only file system"):
             reader.register(endpoint_spec(endpoint="mine"))
         assert any("cannot write" in p for p in reader.diagnose()["problems"])
-        assert cli_main(["--url", url(read_only), "gc"]) == 1
+        assert cli_main(["--url", url(read_only), "gc", "-o", "json"]) == 1
         assert '"not_removed":"v1/instances/ns/backend/dead/9"' in capsys.readouterr().out
     finally:
         if reader is not None:

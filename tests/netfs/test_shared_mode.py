@@ -52,7 +52,7 @@ def test_doctor_reports_the_mounts_caches_and_what_they_mean_for_liveness(stores
     reports = {}
     for host, path in (("a", a), ("b", b)):
         result = subprocess.run(
-            [sys.executable, "-m", "discovery_sync.tools", "--url", f"file://{path}?ttl=10", "doctor"],
+            [sys.executable, "-m", "discovery_sync.tools", "--url", f"file://{path}?ttl=10", "doctor", "-o", "json"],
             capture_output=True,
             text=True,
             timeout=60,

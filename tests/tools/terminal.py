@@ -28,7 +28,14 @@ def command(*args: str) -> list[str]:
 class Terminal:
     """The CLI with stdin, stdout and stderr on a pseudo-terminal that is its controlling terminal."""
 
-    def __init__(self, *args: str, columns: int = 120, rows: int = 40, argv: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        *args: str,
+        columns: int = 120,
+        rows: int = 40,
+        argv: list[str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         master, slave = os.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
 
@@ -42,7 +49,7 @@ class Terminal:
             stdin=slave,
             stdout=slave,
             stderr=slave,
-            env=environment(),
+            env=environment(**(env or {})),
             preexec_fn=become_terminal_owner,
         )
         os.close(slave)
@@ -107,7 +114,9 @@ class Terminal:
             self.master = -1
 
 
-def run_in_terminal(*args: str, columns: int = 120, timeout: float = 60.0) -> tuple[int, str]:
-    """Run the CLI to its end in a terminal; its exit status and what it showed."""
-    terminal = Terminal(*args, columns=columns)
+def run_in_terminal(
+    *args: str, columns: int = 120, timeout: float = 60.0, env: dict[str, str] | None = None
+) -> tuple[int, str]:
+    """Run the CLI to its end in a terminal (``env``: variables to add); its exit status and what it showed."""
+    terminal = Terminal(*args, columns=columns, env=env)
     return terminal.finish(timeout)

@@ -62,33 +62,33 @@ def test_list_prints_json_lines_of_records(url):
     with ds.connect(url) as client:
         endpoint = client.register(ds.EndpointSpec("ns", "backend", "generate", ds.Transport.tcp("127.0.0.1:1")))
         client.register(ds.ModelSpec("ns", "backend", "generate", {"display_name": "m"}))
-        result = cli("list", "--kind", "endpoints", "--namespace", "ns", url=url)
+        result = cli("list", "--kind", "endpoints", "--namespace", "ns", "-o", "json", url=url)
         assert result.returncode == 0, result.stderr
         assert lines(result.stdout) == [endpoint.to_dict()]
-        everything = lines(cli("list", url=url).stdout)  # --kind all: endpoints first, then models
+        everything = lines(cli("list", "-o", "json", url=url).stdout)  # --kind all: endpoints first, then models
         assert [record["type"] for record in everything] == ["Endpoint", "Model"]
-        models = lines(cli("list", "--kind", "models", url=url).stdout)
+        models = lines(cli("list", "--kind", "models", "-o", "json", url=url).stdout)
         assert [m["card_json"] for m in models] == [{"display_name": "m"}]
 
 
 def test_register_holds_until_interrupted_and_watch_sees_it_come_and_go(url, tmp_path):
     spec = tmp_path / "spec.json"
     spec.write_bytes(orjson.dumps(SPEC))
-    command = [sys.executable, "-m", "discovery_sync.tools", "--url", url, "register", str(spec)]
+    command = [sys.executable, "-m", "discovery_sync.tools", "--url", url, "register", str(spec), "-o", "json"]
     holder = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         registered = orjson.loads(holder.stdout.readline())
         assert registered["namespace"] == "ns" and isinstance(registered["instance_id"], int)
-        watch = cli("watch", "--count", "2", url=url)  # the Added of the initial state and the Resync
+        watch = cli("watch", "--count", "2", "-o", "json", url=url)  # the Added of the initial state and the Resync
         events = lines(watch.stdout)
         assert [e["event"] for e in events] == ["Added", "Resync"]
         assert events[0]["instance"] == registered
         holder.send_signal(signal.SIGINT)
-        assert holder.wait(30) == 0
+        assert holder.wait(30) == 130  # Ctrl-C: the records are removed, and the exit status says so
     finally:
         if holder.poll() is None:
             holder.kill()
-    assert lines(cli("list", url=url).stdout) == []
+    assert lines(cli("list", "-o", "json", url=url).stdout) == []
 
 
 def test_register_refuses_bad_specs_with_a_clear_message(url, tmp_path):
@@ -101,27 +101,27 @@ def test_register_refuses_bad_specs_with_a_clear_message(url, tmp_path):
     assert "namespace must not be empty" in result.stderr
     result = cli("register", "--no-hold", "-", url=url, input="not json")
     assert result.returncode == 2 and "not valid JSON" in result.stderr
-    assert lines(cli("list", url=url).stdout) == []
+    assert lines(cli("list", "-o", "json", url=url).stdout) == []
 
 
 def test_watch_with_an_idle_timeout_ends_by_itself(url):
-    result = cli("watch", "--kind", "event_sources", "--idle-timeout", "0.5", url=url)
+    result = cli("watch", "--kind", "event_sources", "--idle-timeout", "0.5", "-o", "json", url=url)
     assert result.returncode == 0
     assert lines(result.stdout) == [{"event": "Resync", "instances": []}]
 
 
 def test_doctor_reports_a_healthy_store_and_then_a_corrupt_record(url, tmp_path):
-    missing = cli("doctor", url=url)  # read-only: it creates nothing, and says the store is not there
+    missing = cli("doctor", "-o", "json", url=url)  # read-only: it creates nothing, and says the store is not there
     assert missing.returncode == 1 and "does not exist yet" in missing.stderr
     assert not (tmp_path / "store").exists()
     ds.connect(url).shutdown()  # a writer creates the store
-    healthy = cli("doctor", url=url)
+    healthy = cli("doctor", "-o", "json", url=url)
     assert healthy.returncode == 0, healthy.stderr
     report = orjson.loads(healthy.stdout)
     assert report["backend"] == "file" and report["problems"] == []
     assert report["filesystem"]["type"] != "unknown"
     (tmp_path / "store" / "v1" / "instances" / "ns%2Fb%2Fe%2F1").write_text("{broken")
-    broken = cli("doctor", url=url)
+    broken = cli("doctor", "-o", "json", url=url)
     assert broken.returncode == 1
     assert "unusable record" in broken.stderr
     assert orjson.loads(broken.stdout)["buckets"]["v1/instances"]["unreadable"] == 1
@@ -133,7 +133,7 @@ def test_gc_removes_records_of_dead_owners_only(url, tmp_path):
         live.register(ds.EndpointSpec("ns", "backend", "live", ds.Transport.tcp("x")))
         orphan = ds.Endpoint("ns", "backend", "orphan", 5, ds.Transport.tcp("x"))
         (bucket / "ns%2Fbackend%2Forphan%2F5").write_bytes(ds.instance_to_json(orphan))
-        result = cli("gc", url=url)
+        result = cli("gc", "-o", "json", url=url)
         assert result.returncode == 0, result.stderr
         assert lines(result.stdout) == [{"removed": "v1/instances/ns/backend/orphan/5"}]
         assert [e.endpoint for e in live.list(ds.Query.endpoints())] == ["live"]

@@ -232,7 +232,7 @@ def default_sigint() -> None:
 
 def test_ctrl_c_ends_a_watch_with_130_and_no_traceback(url):
     watch = subprocess.Popen(
-        command(url, "watch"),
+        command(url, "watch", "-o", "json"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
