@@ -83,7 +83,7 @@ def _number(value: Any, label: str, accepted: str) -> float:
         try:
             return float(value)
         except OverflowError:
-            return math.copysign(math.inf, value)
+            return math.inf if value > 0 else -math.inf
     if isinstance(value, float):
         return float(value)
     if isinstance(value, str):
