@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 import discovery_sync as ds
 from testrigs.kubeconfig import write_kubeconfig
+from tests.fuzz.strategies import number_text
 
 CLOSED_PORT = 1  # nothing listens on tcpmux on a test machine
 SHORT = "0.02"  # connect_timeout: two tries at most, of a refused connection each
@@ -33,6 +34,7 @@ FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCh
 junk = st.one_of(
     st.sampled_from(["", "nan", "inf", "-inf", "1e300", "-1", "0", "0x", "true", "maybe", "\0", "%00", "[::1"]),
     st.sampled_from(["0x2a", "$(", "$(HOME)", "$(UNSET_VARIABLE)", "٤٢"]),  # logical ids and keys
+    number_text,  # Unicode digits, whitespace, signs, underscores, exponents, 5000 digits
     st.text(max_size=12),
     st.integers(min_value=-(2**70), max_value=2**70).map(str),
     st.floats(allow_nan=True, allow_infinity=True).map(repr),
