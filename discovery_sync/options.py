@@ -18,6 +18,7 @@ ASCII whitespace around the value is ignored (none inside it), and the value its
 * an id (:func:`uint64`): ASCII decimal digits, or ``0x``/``0X`` and ASCII hexadecimal digits.
 
 A sign is accepted for the syntax only: the range then refuses what is out of it (``-1``).
+Text of more than 40 characters (whitespace aside) is refused whatever it holds.
 """
 
 from __future__ import annotations
