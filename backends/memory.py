@@ -20,7 +20,7 @@ from discovery_sync.failover import FailoverLock, MemoryFailoverLock
 from discovery_sync.identity import DiscoveryInstanceId, RecordKind
 from discovery_sync.logical_id import PARSERS, from_options, member_instance_id
 from discovery_sync.model import DiscoveryInstance, Endpoint, Model
-from discovery_sync.options import OptionSet, boolean, duration, optional, uint64
+from discovery_sync.options import SERVER_ONLY, OptionSet, boolean, duration, optional, uint64
 from discovery_sync.queries import Query
 from discovery_sync.reconcile import apply
 from discovery_sync.watch import WatchFeed
@@ -243,7 +243,7 @@ class MemoryDiscovery(Discovery):
         self._watches.close_all()
 
 
-OPTIONS = OptionSet("memory", {"instance_id": optional(uint64), "read_only": boolean, **PARSERS})
+OPTIONS = OptionSet("memory", {"instance_id": optional(uint64), "read_only": boolean, **PARSERS}, refused=SERVER_ONLY)
 
 
 def from_url(netloc: str, path: str, options: dict[str, Any]) -> MemoryDiscovery:

@@ -49,6 +49,13 @@ def connect(url: str | None = None, **options: Any) -> Discovery:
     ``url`` is ``file:///path[?observer=polling&lock=soft&ttl=10]``, ``etcd://host:port[,host:port]``,
     ``kube://`` or ``memory://[name]``; without one, the environment decides (see
     :func:`default_url`). Keyword options override the URL's query parameters.
+
+    The etcd and Kubernetes backends wait for their server to answer for ``connect_timeout``
+    seconds in all (``?connect_timeout=SECONDS`` or the keyword; default 10, as etcd and ZooKeeper
+    clients wait to dial), then raise BackendUnavailable naming the server and the timeout;
+    ``connect_timeout=none`` in the URL, or ``connect_timeout=None``, waits without limit (a
+    worker that starts before its store). The file and memory backends refuse the option.
+    Numbers in a URL are ASCII digits (see :mod:`discovery_sync.options`).
     """
     if url is None:
         url = default_url()

@@ -64,12 +64,7 @@ def storable(value: Any, subject: Callable[[], str]) -> Any:
     docstring): the message names ``subject()`` (e.g. ``"model ns/c/e/2a"``), the path of the
     first offending field (``card_json["runtime_config"]["x"]``) and what is allowed.
     """
-    try:
-        raw = orjson.dumps(value)
-    except orjson.JSONEncodeError as exc:
-        raise _refusal(value, subject, fallback=str(exc)) from None
-    if too_deep(raw):
-        _raise_for_problem(value, subject)
+    raw = to_json(value, subject)
     try:
         parsed = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:  # an orjson.Fragment can carry anything
@@ -80,6 +75,25 @@ def storable(value: Any, subject: Callable[[], str]) -> Any:
     # unless only tuples and equal-comparing subclasses made the difference
     _raise_for_problem(value, subject)
     return parsed
+
+
+def to_json(value: Any, subject: Callable[[], str]) -> bytes:
+    """``value`` as compact JSON (``orjson.dumps``): the first step of :func:`storable`, for a
+    value already checked by it, or one only to be written out (``instance_to_json``).
+
+    ValidationError naming ``subject()``, the path of the first offending field and what is
+    allowed, as :func:`storable`, when orjson cannot serialise ``value`` (an integer outside
+    ``-2**63 .. 2**64-1``, a set, a non-string key, a lone surrogate...) or it nests deeper than
+    :data:`MAX_DEPTH`; never orjson's TypeError. What orjson converts without complaint (NaN to
+    ``null``, a datetime to text, a tuple to an array) only :func:`storable` refuses.
+    """
+    try:
+        raw = orjson.dumps(value)
+    except orjson.JSONEncodeError as exc:
+        raise _refusal(value, subject, fallback=str(exc)) from None
+    if too_deep(raw):
+        _raise_for_problem(value, subject)
+    return raw
 
 
 def problem_of(value: Any) -> str | None:

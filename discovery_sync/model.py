@@ -22,7 +22,7 @@ from .identity import (
     ModelCardInstanceId,
     RecordKind,
 )
-from .jsonsafe import TOO_DEEP, problem_of, storable, too_deep
+from .jsonsafe import TOO_DEEP, problem_of, storable, to_json, too_deep
 from .scope import EndpointId, EventScope
 from .transports import EventTransport, Transport
 from .validation import RequiredFields, require, require_object
@@ -336,10 +336,20 @@ def stored_form(instance: DiscoveryInstance) -> DiscoveryInstance:
     the store unchanged, on every backend alike.
     """
     data = instance.to_dict()
-    stored = storable(data, lambda: f"{instance.kind.value} {instance.id().to_path()}")
+    stored = storable(data, lambda: _subject(instance))
     return _from_parsed(stored)
 
 
 def instance_to_json(instance: DiscoveryInstance) -> bytes:
-    """The compact stored JSON of one record."""
-    return orjson.dumps(instance.to_dict())
+    """The compact stored JSON of one record.
+
+    ValidationError naming the offending field (``card_json["x"] is 18446744073709551616, outside
+    the integers JSON readers keep exact ...``), as ``register()``, when the instance holds what
+    JSON cannot: an instance built by hand or through :func:`instance_from_dict` whose card was
+    changed afterwards (see :func:`discovery_sync.jsonsafe.to_json`)."""
+    return to_json(instance.to_dict(), lambda: _subject(instance))
+
+
+def _subject(instance: DiscoveryInstance) -> str:
+    """The record as an error message names it: ``model ns/c/e/2a``."""
+    return f"{instance.kind.value} {instance.id().to_path()}"

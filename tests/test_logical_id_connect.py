@@ -35,7 +35,7 @@ def env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
 def listener() -> Iterator[socket.socket]:
     """A loopback port that answers nothing: ``accept()`` afterwards tells whether a client connected
     (the kernel completes the handshake into the backlog). A client that connects before refusing
-    fails the test at once (startup_timeout=0, request_timeout=0.1) instead of retrying for minutes."""
+    fails the test at once (connect_timeout=0.1, request_timeout=0.1) instead of retrying for 10 s."""
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen(8)
@@ -170,7 +170,7 @@ def test_read_only_clients_ignore_the_environment(tmp_path, env, capsys):
 
 @pytest.mark.parametrize("option", ["logical_instance_id", "logical_instance_key"])
 def test_read_only_clients_refuse_a_logical_option(tmp_path, option):
-    urls = [*clients(tmp_path), "etcd://127.0.0.1:1?startup_timeout=0", "kube://?kubeconfig=/nonexistent"]
+    urls = [*clients(tmp_path), "etcd://127.0.0.1:1?connect_timeout=0.1", "kube://?kubeconfig=/nonexistent"]
     for url in urls:
         with pytest.raises(
             ds.ValidationError, match=f"option {option} cannot be used with read_only=true: a read-only"
@@ -184,7 +184,7 @@ def test_read_only_etcd_and_kube_clients_ignore_the_environment(env):
     env.setenv(KEY_VARIABLE, KEY)
     # they get past the logical id and fail only where they would without it
     with pytest.raises(ds.BackendUnavailable):
-        ds.connect("etcd://127.0.0.1:1?read_only=true&startup_timeout=0")
+        ds.connect("etcd://127.0.0.1:1?read_only=true&connect_timeout=0.1")
     with pytest.raises(ds.BackendUnavailable, match="cannot load the kubeconfig /nonexistent"):
         ds.connect("kube://?kubeconfig=/nonexistent&read_only=true")
 
@@ -195,7 +195,7 @@ KUBE_WHY = "a Kubernetes client's instance id is derived from its DynamoWorkerMe
 
 
 def test_etcd_refuses_a_logical_id_before_connecting(listener, env):
-    url = f"etcd://127.0.0.1:{listener.getsockname()[1]}?startup_timeout=0&request_timeout=0.1"
+    url = f"etcd://127.0.0.1:{listener.getsockname()[1]}?connect_timeout=0.1&request_timeout=0.1"
     with pytest.raises(ds.ValidationError) as caught:
         ds.connect(url, logical_instance_id=42)
     message = str(caught.value)
@@ -205,7 +205,7 @@ def test_etcd_refuses_a_logical_id_before_connecting(listener, env):
     )
     assert ETCD_WHY in message and "two live clients cannot share one lease" in message and EXPLAINED in message
     with pytest.raises(ds.ValidationError, match=f"^etcd option logical_instance_id gives .* {ETCD_WHY}"):
-        ds.connect("etcd://127.0.0.1:1?startup_timeout=0", logical_instance_id=42)
+        ds.connect("etcd://127.0.0.1:1?connect_timeout=0.1", logical_instance_id=42)
     env.setenv(KEY_VARIABLE, KEY)
     with pytest.raises(ds.ValidationError, match=f"^{KEY_VARIABLE} gives .* id {KEY_ID}, but the etcd backend"):
         ds.connect(url)
@@ -237,7 +237,7 @@ def test_kube_refuses_a_logical_id_before_contacting_the_cluster(listener, tmp_p
 
 def test_bad_logical_values_on_etcd_and_kube_are_validation_errors(env):
     with pytest.raises(ds.ValidationError, match=r"^etcd option logical_instance_id='0' is not valid"):
-        ds.connect("etcd://127.0.0.1:1?startup_timeout=0", logical_instance_id="0")
+        ds.connect("etcd://127.0.0.1:1?connect_timeout=0.1", logical_instance_id="0")
     env.setenv(KEY_VARIABLE, "$(")
     with pytest.raises(ds.ValidationError, match=rf"^{KEY_VARIABLE}='\$\(' is not valid: .*unterminated"):
         ds.connect("kube://?kubeconfig=/nonexistent")
@@ -245,7 +245,7 @@ def test_bad_logical_values_on_etcd_and_kube_are_validation_errors(env):
 
 # -- every backend knows the two options --------------------------------------------------------------
 @pytest.mark.parametrize(
-    "url", ["memory://", "file://{tmp}", "etcd://127.0.0.1:1?startup_timeout=0", "kube://?kubeconfig=/nonexistent"]
+    "url", ["memory://", "file://{tmp}", "etcd://127.0.0.1:1?connect_timeout=0.1", "kube://?kubeconfig=/nonexistent"]
 )
 def test_every_backend_lists_the_options(tmp_path, url):
     with pytest.raises(ds.ValidationError, match=r"the valid ones are .*logical_instance_id, logical_instance_key"):

@@ -43,9 +43,9 @@ def timeout_options(url: str | None, seconds: float) -> dict[str, object]:
     backends get none: nothing of theirs waits on a network."""
     scheme = urllib.parse.urlsplit(url if url is not None else ds.default_url()).scheme
     if scheme == "etcd":
-        names: tuple[str, ...] = ("startup_timeout", "request_timeout")
+        names: tuple[str, ...] = ("connect_timeout", "request_timeout")
     elif scheme in ("kube", "kubernetes"):
-        names = ("request_timeout", "ready_timeout", "sync_timeout", "write_timeout")
+        names = ("connect_timeout", "request_timeout", "ready_timeout", "sync_timeout", "write_timeout")
     else:
         names = ()
     return dict.fromkeys(names, seconds)

@@ -1,8 +1,10 @@
 """etcd backend: ``etcd://host:port[,host:port][/prefix][?options]`` (see :class:`EtcdDiscovery`).
 
 Options (URL query parameters or keyword arguments of ``connect``; bad values are a
-ValidationError naming the option): ``ttl`` (lease seconds, default 10), ``startup_timeout``
-(seconds connecting keeps trying to reach etcd, default 120; 0: once), ``request_timeout``
+ValidationError naming the option): ``ttl`` (lease seconds, default 10), ``connect_timeout``
+(seconds connecting keeps trying to reach etcd in all, every endpoint and retry included,
+default 10 as etcd clients dial; ``none``/None: without limit; see
+:func:`discovery_sync.options.connect_timeout`), ``request_timeout``
 (seconds each request may take in all, at least 0.1, default 10), ``watch_read_timeout``
 (seconds a watch stream may stay quiet, at least 1, default 60), ``read_only`` (true: never
 write and never grant a lease; the instance id is then a random 63-bit number naming no
@@ -14,7 +16,9 @@ Connecting checks that etcd answers and grants no lease: the lease is granted on
 Without hosts in the URL the reference's variables apply: ``ETCD_ENDPOINTS`` (default
 ``http://localhost:2379``), ``ETCD_LEASE_TTL`` (default 10; 0 → 10; not a number: ValidationError),
 ``ETCD_AUTH_USERNAME``/``ETCD_AUTH_PASSWORD``, ``ETCD_AUTH_CA``, ``ETCD_AUTH_CLIENT_CERT``,
-``ETCD_AUTH_CLIENT_KEY`` (PEM text or a path) and ``ETCD_STARTUP_CONNECT_TIMEOUT_SECONDS``.
+``ETCD_AUTH_CLIENT_KEY`` (PEM text or a path) and ``ETCD_STARTUP_CONNECT_TIMEOUT_SECONDS`` (the
+``connect_timeout`` when the URL and the keywords give none: seconds or ``none``; 0 → 10). The former
+``startup_timeout`` option is refused with a message naming ``connect_timeout``.
 
 etcd cannot host a failover cohort: a writing client given a logical instance id (the
 ``logical_instance_id``/``logical_instance_key`` options, or ``DYN_DISCOVERY_LOGICAL_INSTANCE_ID``
@@ -30,7 +34,7 @@ from typing import Any
 from discovery_sync.logical_id import refuse_cohort
 
 from .backend import EtcdDiscovery
-from .options import DEFAULT_ENDPOINTS, OPTIONS, endpoints, env_startup_timeout, env_ttl
+from .options import DEFAULT_ENDPOINTS, OPTIONS, endpoints, env_connect_timeout, env_ttl
 
 __all__ = ["EtcdDiscovery", "from_url"]
 
@@ -62,7 +66,7 @@ def from_url(netloc: str, path: str, options: dict[str, Any]) -> EtcdDiscovery:
         hosts = endpoints(netloc, "the etcd URL")
     else:
         hosts = endpoints(env.get("ETCD_ENDPOINTS", "").strip() or DEFAULT_ENDPOINTS, "ETCD_ENDPOINTS")
-    settings: dict[str, Any] = {"ttl": env_ttl(), "startup_timeout": env_startup_timeout()}
+    settings: dict[str, Any] = {"ttl": env_ttl(), "connect_timeout": env_connect_timeout()}
     settings["prefix"] = OPTIONS.check("prefix", path.strip("/"))
     if env.get("ETCD_AUTH_USERNAME"):
         settings["username"] = env["ETCD_AUTH_USERNAME"]

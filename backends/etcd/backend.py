@@ -12,6 +12,7 @@ from discovery_sync.discovery import Discovery
 from discovery_sync.errors import BackendUnavailable, DiscoveryError
 from discovery_sync.identity import DiscoveryInstanceId, RecordKind
 from discovery_sync.model import DiscoveryInstance, Model, instance_to_json
+from discovery_sync.options import DEFAULT_CONNECT_TIMEOUT
 from discovery_sync.queries import Query
 from discovery_sync.retry import Retry
 from discovery_sync.watch import WatchFeed
@@ -24,15 +25,32 @@ from .wire import REQUEST_TIMEOUT, EtcdGateway, parse_value
 
 log = logging.getLogger("discovery_sync.backends.etcd")
 
+#: connecting retries after 0.5 s, doubling to 5 s: a worker waiting without limit for its etcd
+#: sees it at most 5 s after it starts
+CONNECT_BACKOFF = (0.5, 5.0)
+
+
+def unreachable(failure: BackendUnavailable, elapsed: float, timeout: float | None) -> str:
+    """The message of the BackendUnavailable that ends a connect: the last ``failure`` (it names
+    each endpoint and why it failed), how long it was tried, and what to do."""
+    limit = "none" if timeout is None else f"{timeout:g}"
+    return (
+        f"{failure} (tried for {round(elapsed, 1):g} s, connect_timeout={limit}): start etcd or check "
+        "the address, or pass connect_timeout=none to wait for etcd without limit"
+    )
+
 
 class EtcdDiscovery(Discovery):
     """Discovery on etcd v3 (JSON gateway). The instance id is the client's lease id.
 
     Connecting checks only that etcd can be reached: it asks ``/v3/maintenance/status`` (which
     needs no permission; with a user and password it logs in first, so wrong credentials fail
-    here), retrying with backoff (1 s doubling to 30 s, the last try at the deadline) until
-    ``startup_timeout``, then raises BackendUnavailable ("cannot reach etcd at URL: connection
-    refused (tried for 1 s)"). It grants no lease.
+    here), retrying with backoff (0.5 s doubling to 5 s, the last try at the deadline) until
+    ``connect_timeout`` has passed, then raises BackendUnavailable naming the endpoints, why each
+    failed and the timeout ("cannot reach etcd at URL: connection refused (tried for 10 s,
+    connect_timeout=10): ..."). The timeout bounds the whole of it, every endpoint and retry: each
+    request is cut to the time left (shared by the endpoints left to try, at least 0.1 s each).
+    It grants no lease.
 
     The lease (and the thread keeping it alive) is granted on first need: the first write that
     needs it (``register``, ``lease_endpoint``, ``update_model_taints``) or the first read of
@@ -49,8 +67,8 @@ class EtcdDiscovery(Discovery):
     :param endpoints: ``http(s)://host:port`` URLs, tried in order with fail-over.
     :param prefix: a root key prefix (default none: the reference's keys exactly).
     :param ttl: the lease TTL in seconds.
-    :param startup_timeout: how long connecting keeps trying to reach etcd (backoff 1 s to 30 s);
-        0: once.
+    :param connect_timeout: seconds connecting keeps trying to reach etcd (default 10, as etcd
+        clients dial); None: without limit (a worker that starts before its etcd).
     :param watch_read_timeout: seconds a watch stream may stay quiet before it is re-opened.
     :param request_timeout: seconds each request to etcd may take in all (at least 0.1, default
         10), connecting included, which may take 3.05 s of it at most; it also bounds connecting
@@ -70,13 +88,13 @@ class EtcdDiscovery(Discovery):
         password: str | None = None,
         verify: str | bool = True,
         cert: tuple[str, str] | None = None,
-        startup_timeout: float = 120.0,
+        connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
         watch_read_timeout: float = 60.0,
         request_timeout: float = REQUEST_TIMEOUT,
         read_only: bool = False,
     ) -> None:
         super().__init__(read_only=OPTIONS.check("read_only", read_only))
-        ttl, startup_timeout = OPTIONS.check("ttl", ttl), OPTIONS.check("startup_timeout", startup_timeout)
+        ttl, connect_timeout = OPTIONS.check("ttl", ttl), OPTIONS.check("connect_timeout", connect_timeout)
         watch_read_timeout, prefix = (
             OPTIONS.check("watch_read_timeout", watch_read_timeout),
             OPTIONS.check("prefix", prefix),
@@ -87,6 +105,8 @@ class EtcdDiscovery(Discovery):
         )
         self.keys = KeyLayout(prefix)
         self.ttl = ttl
+        #: seconds connecting kept trying to reach etcd at most (None: without limit)
+        self.connect_timeout: float | None = connect_timeout
         self.watch_read_timeout = watch_read_timeout
         self._create_revisions: dict[DiscoveryInstanceId, int] = {}
         # the watch streams in use, at most one live per bucket (and streams that died, until their
@@ -97,21 +117,22 @@ class EtcdDiscovery(Discovery):
         self._lease_lock = threading.Lock()  # held while granting: racing threads get one lease
         self._unleased_id = (secrets.randbits(63) or 1) if self.read_only else 0
         try:
-            self._wait_until_reachable(startup_timeout)
+            self._wait_until_reachable(connect_timeout)
         except BaseException:
             self.gateway.session.close()
             raise
 
-    def _wait_until_reachable(self, timeout: float) -> None:
-        retry = Retry(1.0, 30.0, jitter=0, timeout=timeout)  # the last try at the deadline
+    def _wait_until_reachable(self, timeout: float | None) -> None:
+        """Ask etcd for its status until it answers (see the class docstring); BackendUnavailable
+        once ``timeout`` seconds have passed (None: never)."""
+        retry = Retry(*CONNECT_BACKOFF, jitter=0, timeout=timeout)  # the last try at the deadline
         while True:
             try:
-                self.gateway.server_status()
+                self.gateway.server_status(retry.deadline)
                 return
             except BackendUnavailable as exc:
                 if retry.expired:
-                    tried = f"tried for {round(retry.elapsed(), 1):g} s" if timeout else "tried once"
-                    raise BackendUnavailable(f"{exc} ({tried})") from exc
+                    raise BackendUnavailable(unreachable(exc, retry.elapsed(), timeout)) from exc
                 wait = min(retry.next_delay(), retry.remaining())
                 log.warning("etcd is not reachable yet (%s); retrying in %.1f s", exc, wait)
                 retry.wait(wait)

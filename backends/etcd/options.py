@@ -11,14 +11,32 @@ import urllib.parse
 
 from discovery_sync.errors import ValidationError
 from discovery_sync.logical_id import PARSERS as LOGICAL_ID_PARSERS
-from discovery_sync.options import MAX_SECONDS, OptionSet, boolean, duration, from_environment, integer, text
+from discovery_sync.options import (
+    DEFAULT_CONNECT_TIMEOUT,
+    MAX_SECONDS,
+    OptionSet,
+    boolean,
+    connect_timeout,
+    duration,
+    from_environment,
+    integer,
+    text,
+    zero_is_default,
+)
 
 DEFAULT_ENDPOINTS = "http://localhost:2379"
 DEFAULT_TTL = 10
-DEFAULT_STARTUP_TIMEOUT = 120.0
+#: the reference's variable that sets connect_timeout when the URL and the keywords do not
+CONNECT_TIMEOUT_VARIABLE = "ETCD_STARTUP_CONNECT_TIMEOUT_SECONDS"
+RENAMED = {
+    "startup_timeout": (
+        "this option is now called connect_timeout (seconds connect() keeps trying to reach etcd, default "
+        f"{DEFAULT_CONNECT_TIMEOUT:g}; none waits without limit; 0 is no longer accepted: give a small number "
+        "such as 0.1 to try about once)"
+    )
+}
 
 ttl = integer(1, int(MAX_SECONDS), "seconds")
-startup_timeout = duration(0.0)
 OPTIONS = OptionSet(
     "etcd",
     {
@@ -26,7 +44,7 @@ OPTIONS = OptionSet(
         "prefix": text,
         "username": text,
         "password": text,
-        "startup_timeout": startup_timeout,
+        "connect_timeout": connect_timeout,
         # below a second, a quiet stream would be re-opened in a tight loop
         "watch_read_timeout": duration(1.0),
         # below 0.1 s even a loopback etcd could not answer
@@ -35,6 +53,7 @@ OPTIONS = OptionSet(
         # accepted so that a logical id is refused with the reason (see from_url), not as unknown
         **LOGICAL_ID_PARSERS,
     },
+    refused=RENAMED,
 )
 
 
@@ -44,10 +63,11 @@ def env_ttl() -> int:
     return value or DEFAULT_TTL
 
 
-def env_startup_timeout() -> float:
-    """``ETCD_STARTUP_CONNECT_TIMEOUT_SECONDS``: unset, blank or 0 mean the default (120 s)."""
-    value = from_environment("ETCD_STARTUP_CONNECT_TIMEOUT_SECONDS", startup_timeout, 0.0)
-    return value or DEFAULT_STARTUP_TIMEOUT
+def env_connect_timeout() -> float | None:
+    """``ETCD_STARTUP_CONNECT_TIMEOUT_SECONDS``: what the ``connect_timeout`` option accepts (seconds,
+    or ``none`` to wait without limit); unset, blank or 0 mean the default (10 s)."""
+    default: float | None = DEFAULT_CONNECT_TIMEOUT
+    return from_environment(CONNECT_TIMEOUT_VARIABLE, zero_is_default(connect_timeout, default), default)
 
 
 def endpoints(hosts: str, source: str) -> list[str]:

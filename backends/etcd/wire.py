@@ -29,6 +29,7 @@ import re
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -45,6 +46,8 @@ log = logging.getLogger("discovery_sync.backends.etcd")
 
 REQUEST_TIMEOUT = 10.0  # seconds a unary request may take in all (the request_timeout option's default)
 CONNECT_TIMEOUT = 3.05  # seconds connecting may take of it (and of opening a watch stream), at most
+#: seconds each endpoint is given at least by a call with a deadline, even when (nearly) none is left
+MIN_TRY = 0.1
 QUOTE_LIMIT = 200  # characters of a malformed reply quoted in an error message
 WATCH = "/v3/watch"
 
@@ -459,22 +462,41 @@ class EtcdGateway:
         return self._new_session(self._verify, self._cert)
 
     # -- plumbing ---------------------------------------------------------------------------------
-    def headers(self) -> dict[str, str]:
+    def headers(self, deadline: float | None = None) -> dict[str, str]:
+        """The headers of a request: the token, logging in first when there is none (within
+        ``deadline``, a time of ``time.monotonic()``; None: each request within ``request_timeout``)."""
         if self._credentials and self._token is None:
-            self._authenticate(*self._credentials)
+            self._authenticate(*self._credentials, deadline=deadline)
         return {"Authorization": self._token} if self._token else {}
 
-    def _authenticate(self, user: str, password: str | None) -> None:
+    def _authenticate(self, user: str, password: str | None, *, deadline: float | None = None) -> None:
         path = "/v3/auth/authenticate"
-        self._token = _parsed(path, self._post_raw(path, {"name": user, "password": password}, {}), _token_reply)
+        reply = self._post_raw(path, {"name": user, "password": password}, {}, deadline=deadline)
+        self._token = _parsed(path, reply, _token_reply)
 
-    def _post_raw(self, path: str, body: dict[str, Any], headers: dict[str, str]) -> Any:
+    def _timeout_until(self, deadline: float | None, endpoints_left: int) -> Any:
+        """The urllib3 timeout of one request: ``request_timeout`` (of it, ``connect_timeout`` to
+        connect), cut to an equal share of the time left until ``deadline`` among the endpoints
+        left to try, but never below :data:`MIN_TRY`."""
+        if deadline is None:
+            return self._timeout
+        share = max((deadline - time.monotonic()) / endpoints_left, MIN_TRY)
+        total = min(self.request_timeout, share)
+        return urllib3.Timeout(connect=min(self.connect_timeout, total), total=total)
+
+    def _post_raw(
+        self, path: str, body: dict[str, Any], headers: dict[str, str], *, deadline: float | None = None
+    ) -> Any:
+        """POST to each endpoint in turn (the last one that answered first) until one answers;
+        BackendUnavailable naming each endpoint and why it failed when none does. With a
+        ``deadline`` (see :meth:`_timeout_until`) the endpoints share the time left."""
         errors = []
         for attempt in range(len(self.endpoints)):
             with self._lock:
                 endpoint = self.endpoints[(self._current + attempt) % len(self.endpoints)]
+            timeout = self._timeout_until(deadline, len(self.endpoints) - attempt)
             try:
-                response = self.session.post(endpoint + path, json=body, headers=headers, timeout=self._timeout)
+                response = self.session.post(endpoint + path, json=body, headers=headers, timeout=timeout)
             except requests.RequestException as exc:
                 errors.append(f"{endpoint}: {failure_cause(exc)}")
                 continue
@@ -516,9 +538,12 @@ class EtcdGateway:
         return _parsed(path, self.post(path, body), parse)
 
     # -- calls ------------------------------------------------------------------------------------
-    def server_status(self) -> int:
-        """Ask the server how it is (``/v3/maintenance/status``, which needs no permission): the store revision."""
-        return self._call("/v3/maintenance/status", {}, _header_reply)
+    def server_status(self, deadline: float | None = None) -> int:
+        """Ask the server how it is (``/v3/maintenance/status``, which needs no permission): the store
+        revision. With a ``deadline`` (a time of ``time.monotonic()``), logging in and asking end
+        by then (each endpoint gets at least :data:`MIN_TRY` seconds)."""
+        path = "/v3/maintenance/status"
+        return _parsed(path, self._post_raw(path, {}, self.headers(deadline), deadline=deadline), _header_reply)
 
     def range(self, key: bytes, range_end: bytes | None = None, *, limit: int = 0) -> tuple[list[KeyValue], int]:
         body: dict[str, Any] = {"key": b64(key)}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from discovery_sync.logical_id import PARSERS as LOGICAL_ID_PARSERS
 from discovery_sync.options import (
+    SERVER_ONLY,
     OptionSet,
     boolean,
     choice,
@@ -51,6 +52,7 @@ OPTIONS = OptionSet(
         "clock": clock,
         **LOGICAL_ID_PARSERS,
     },
+    refused=SERVER_ONLY,
 )
 
 

@@ -14,9 +14,10 @@ Connect options override the files and the environment: ``pod_name``, ``pod_uid`
 ``namespace``, ``container_name``, ``mode``, ``podinfo_dir``; and ``kubeconfig`` (else in-cluster
 configuration, else ``KUBECONFIG`` / ``~/.kube/config``), ``read_only`` (never write: no CR;
 the identity is ignored), ``request_timeout`` (seconds bounding each API request; for watches,
-connecting only; default 10 s to connect and 30 s to answer), ``ready_timeout``, ``write_timeout``,
-``sync_timeout``, ``consistent_reads`` (see :mod:`.options`). The CRD and RBAC to install are in
-``manifests/`` (:data:`MANIFESTS`).
+connecting only; default 10 s to connect and 30 s to answer), ``connect_timeout`` (seconds
+``connect()`` keeps trying to reach the API server, default 10; ``none``/None: without limit),
+``ready_timeout``, ``write_timeout``, ``sync_timeout``, ``consistent_reads`` (see :mod:`.options`).
+The CRD and RBAC to install are in ``manifests/`` (:data:`MANIFESTS`).
 
 Kubernetes cannot host a failover cohort: a writing client given a logical instance id (the
 ``logical_instance_id``/``logical_instance_key`` options, or ``DYN_DISCOVERY_LOGICAL_INSTANCE_ID``

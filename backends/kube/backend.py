@@ -39,6 +39,7 @@ from discovery_sync.discovery import CollectedGarbage, Discovery
 from discovery_sync.errors import BackendUnavailable, ValidationError
 from discovery_sync.identity import DiscoveryInstanceId
 from discovery_sync.model import DiscoveryInstance, EventSource, Model
+from discovery_sync.options import DEFAULT_CONNECT_TIMEOUT
 from discovery_sync.queries import Query
 from discovery_sync.retry import Retry
 from discovery_sync.specs import DiscoverySpec, EndpointSpec, EventSourceSpec
@@ -49,13 +50,15 @@ from .layout import worker_metadata_body
 from .liveness import parse_rv
 from .options import OPTIONS
 from .view import KubeDaemon, State
-from .wire import TRANSPORT_ERRORS, KubeApi, explain
+from .wire import TRANSPORT_ERRORS, KubeApi, explain, status_message, transport_cause
 
 log = logging.getLogger("discovery_sync.backends.kube")
 
 T = TypeVar("T")
 
 RETRY_START, RETRY_MAX = 0.25, 2.0
+#: connecting retries after 0.5 s, doubling to 5 s (as the etcd backend's)
+CONNECT_BACKOFF = (0.5, 5.0)
 #: ids of clients without an identity start here: above every worker's id (53 bits)
 NO_WORKER_ID_MIN = 2**53
 #: the transports the reference runtime (1.6.1) can parse; it reads a CR all or nothing
@@ -79,6 +82,11 @@ class KubeDiscovery(Discovery):
     :param write_timeout: seconds a CR write is retried before it fails and is rolled back.
     :param sync_timeout: seconds a consistent read waits for the watches to catch up.
     :param consistent_reads: check that the view is current before each read (two LISTs).
+    :param connect_timeout: seconds connecting keeps asking the API server for ``/version`` until it
+        answers (0.5 s doubling to 5 s; default 10, as etcd clients dial; None: without limit, for a
+        worker that starts before its cluster is reachable), then BackendUnavailable naming the
+        server and the timeout. Any HTTP answer but a 5xx or 429 counts: refusals (a missing CRD or
+        RBAC) are the view's to report, as before. Nothing else is sent before it answers.
 
     Each request to the API server is bounded by the ``api``'s ``request_timeout``.
     """
@@ -97,6 +105,7 @@ class KubeDiscovery(Discovery):
         write_timeout: float = 10.0,
         sync_timeout: float = 5.0,
         consistent_reads: bool = True,
+        connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
     ) -> None:
         super().__init__(read_only=OPTIONS.check("read_only", read_only))
         mode = OPTIONS.check("mode", mode) if mode is not None else None
@@ -110,6 +119,8 @@ class KubeDiscovery(Discovery):
         self.write_timeout = OPTIONS.check("write_timeout", write_timeout)
         self.sync_timeout = OPTIONS.check("sync_timeout", sync_timeout)
         self.consistent_reads = OPTIONS.check("consistent_reads", consistent_reads)
+        #: seconds connecting kept trying to reach the API server at most (None: without limit)
+        self.connect_timeout: float | None = OPTIONS.check("connect_timeout", connect_timeout)
         self._metadata_lock = threading.Lock()
         self._local: dict[DiscoveryInstanceId, DiscoveryInstance] = {}
         self._first_seen: dict[DiscoveryInstanceId, int | None] = {}
@@ -121,11 +132,38 @@ class KubeDiscovery(Discovery):
             if self.identity is not None
             else NO_WORKER_ID_MIN + secrets.randbelow(2**63 - NO_WORKER_ID_MIN)
         )
+        self._wait_until_reachable(self.connect_timeout)
         own = self.identity
         if own is not None and own.mode == "container":
             self._retrying(partial(api.delete_worker_metadata, own.cr_name), "deleting the stale CR")
         self.daemon = KubeDaemon(api, mode=self.mode, own_cr_name=own.cr_name if own is not None else None)
         self.daemon.start()
+
+    def _wait_until_reachable(self, timeout: float | None) -> None:
+        """Ask the API server for ``/version`` until it answers (see ``connect_timeout`` above);
+        BackendUnavailable once ``timeout`` seconds have passed (None: never)."""
+        retry = Retry(*CONNECT_BACKOFF, jitter=0, timeout=timeout)  # the last try at the deadline
+        while True:
+            try:
+                self.api.server_version(retry.deadline)
+                return
+            except ApiException as exc:
+                if exc.status is not None and exc.status < 500 and exc.status != 429:
+                    return  # it answered: the view reports what it refuses
+                error: BaseException = exc
+                cause = status_message(exc)
+            except TRANSPORT_ERRORS as exc:
+                error, cause = exc, transport_cause(exc)
+            if retry.expired:
+                limit = "none" if timeout is None else f"{timeout:g}"
+                raise BackendUnavailable(
+                    f"cannot reach the Kubernetes API server {self.api.server}: {cause} (tried for "
+                    f"{round(retry.elapsed(), 1):g} s, connect_timeout={limit}): start it or check the kubeconfig's "
+                    "server address, or pass connect_timeout=none to wait for it without limit"
+                ) from error
+            wait = min(retry.next_delay(), retry.remaining())
+            log.warning("cannot reach the Kubernetes API server yet (%s); retrying in %.1f s", cause, wait)
+            retry.wait(wait)
 
     @property
     def instance_id(self) -> int:

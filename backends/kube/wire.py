@@ -10,6 +10,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import socket
+import ssl
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -43,6 +46,8 @@ LIST_PAGE_SIZE = 500
 WATCH_TIMEOUT_SECONDS = 290  # what the reference asks for
 REQUEST_TIMEOUT = (10.0, 30.0)  # connect, read: the default bound of a request
 WATCH_READ_TIMEOUT = 330.0  # longer than the server-side watch timeout
+#: seconds a request with a deadline is given at least, even when (nearly) none is left
+MIN_TRY = 0.1
 #: where a pod's service account names its namespace (the in-cluster "current context" namespace)
 SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
@@ -76,6 +81,46 @@ def status_message(exc: ApiException) -> str:
     return f"{text}: {message}" if message else text
 
 
+_CAUSES: list[tuple[tuple[type[BaseException], ...], str]] = [
+    ((urllib3.exceptions.NameResolutionError, socket.gaierror), "name not resolved"),
+    ((ConnectionRefusedError,), "connection refused"),
+    ((ssl.SSLError, urllib3.exceptions.SSLError), "TLS error"),
+    ((urllib3.exceptions.ReadTimeoutError,), "timed out waiting for a reply"),
+    ((urllib3.exceptions.ConnectTimeoutError, TimeoutError), "connection timed out"),
+    ((ConnectionResetError, urllib3.exceptions.ProtocolError), "connection closed by the server"),
+]
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and what it wraps (urllib3's ``reason``, causes, contexts), outermost first."""
+    found: list[BaseException] = []
+    pending: list[object] = [exc]
+    while pending:
+        current = pending.pop(0)
+        if isinstance(current, BaseException) and not any(current is seen for seen in found):
+            found.append(current)
+            pending.extend((getattr(current, "reason", None), current.__cause__, current.__context__))
+    return found
+
+
+def transport_cause(exc: BaseException) -> str:
+    """Why a request did not reach the API server or got no answer, in a few words ("connection
+    refused", "name not resolved", "timed out waiting for a reply", ...), not urllib3's reprs."""
+    chain = _chain(exc)
+
+    def found(*kinds: type[BaseException]) -> bool:
+        # urllib3's NewConnectionError derives from ConnectTimeoutError: a refusal is no timeout
+        return any(isinstance(e, kinds) and type(e) is not urllib3.exceptions.NewConnectionError for e in chain)
+
+    for kinds, words in _CAUSES:
+        if found(*kinds):
+            return words
+    failed = next((e for e in chain if isinstance(e, OSError) and e.errno), None)
+    if failed is not None and failed.errno is not None:
+        return os.strerror(failed.errno).lower()
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
 def explain(exc: BaseException, action: str, server: str | None = None) -> str:
     """A message for a failed ``action`` that says what to do about the usual causes (one line)."""
     if isinstance(exc, DiscoveryError):  # ours (a stream line over the bound): it says what happened already
@@ -87,8 +132,7 @@ def explain(exc: BaseException, action: str, server: str | None = None) -> str:
             return f"{action} failed: {FORBIDDEN_HINT} ({status_message(exc)})"
         return f"{action} failed: {status_message(exc)}"
     where = f" {server}" if server else ""
-    detail = " ".join(str(exc).split()) or type(exc).__name__
-    return f"{action} failed: cannot reach the Kubernetes API server{where} ({detail})"
+    return f"{action} failed: cannot reach the Kubernetes API server{where} ({transport_cause(exc)})"
 
 
 @dataclass(frozen=True)
@@ -177,6 +221,7 @@ class KubeApi:
         connect = REQUEST_TIMEOUT[0] if self.request_timeout is None else self.request_timeout
         self._watch_timeout = (connect, WATCH_READ_TIMEOUT)
         self.custom = client.CustomObjectsApi(api_client)
+        self.version = client.VersionApi(api_client)
         core, discovery = client.CoreV1Api(api_client), client.DiscoveryV1Api(api_client)
         self.worker_metadata = Resource(
             PLURAL,
@@ -192,6 +237,19 @@ class KubeApi:
         )
 
     # -- reads --------------------------------------------------------------------------------------
+    def server_version(self, deadline: float | None = None) -> None:
+        """``GET /version``: whether the API server answers (anyone may ask it, in a default
+        cluster). Raises what the request raises: ApiException for an answer that is not 2xx, a
+        ``TRANSPORT_ERRORS`` one for no answer. With a ``deadline`` (a time of
+        ``time.monotonic()``) the request ends by then (it gets at least :data:`MIN_TRY` s)."""
+        timeout: float | tuple[float, float] = self._timeout
+        if deadline is not None:
+            longest = REQUEST_TIMEOUT[1] if self.request_timeout is None else self.request_timeout
+            timeout = min(longest, max(deadline - time.monotonic(), MIN_TRY))
+        # the client types its answer as VersionInfo; without preloading the content, it is the raw response
+        response = cast(urllib3.HTTPResponse, self.version.get_code(_preload_content=False, _request_timeout=timeout))
+        response.release_conn()
+
     def list_page(self, resource: Resource, *, limit: int = LIST_PAGE_SIZE, token: str | None = None) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"limit": limit, "_preload_content": False, "_request_timeout": self._timeout}
         if token:

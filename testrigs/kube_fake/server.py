@@ -60,8 +60,12 @@ class FakeKubeServer:
         history_limit: int = 1000,
         auto_endpoint_slices: bool = False,
         validate: bool = True,
+        port: int = 0,
     ):
+        """``port``: the loopback port to serve on (0: one the OS chooses), e.g. a free port a
+        client was told before the server started."""
         self.bookmark_interval = bookmark_interval
+        self._port = port
         self.store = Store(history_limit)
         self.faults = Faults()
         self.api = KubeApi(self.store, self.faults, lambda: f"127.0.0.1:{self.port}")
@@ -79,7 +83,9 @@ class FakeKubeServer:
     def start(self) -> FakeKubeServer:
         if self._httpd is not None:
             raise RuntimeError("already started")
-        self._httpd = HttpServer(self.api, self._record, lambda: self.bookmark_interval, self._bookmark_sent)
+        self._httpd = HttpServer(
+            self.api, self._record, lambda: self.bookmark_interval, self._bookmark_sent, port=self._port
+        )
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="kube-fake-http", daemon=True
         )

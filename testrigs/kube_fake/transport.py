@@ -25,7 +25,7 @@ def _encode(obj: dict[str, Any]) -> bytes:
 
 
 class HttpServer(ThreadingHTTPServer):
-    """Serves :class:`KubeApi` on 127.0.0.1 (port chosen by the OS) and tracks its connections."""
+    """Serves :class:`KubeApi` on 127.0.0.1 (on ``port``; 0: one the OS chooses) and tracks its connections."""
 
     daemon_threads = True
     allow_reuse_address = True
@@ -36,8 +36,10 @@ class HttpServer(ThreadingHTTPServer):
         record: Callable[[Request, str], None],
         bookmark_interval: Callable[[], float],
         bookmark_sent: Callable[[ResourceType], None] = lambda rt: None,
+        *,
+        port: int = 0,
     ):
-        super().__init__(("127.0.0.1", 0), _Handler)
+        super().__init__(("127.0.0.1", port), _Handler)
         self.api = api
         self.record = record
         self.bookmark_interval = bookmark_interval

@@ -284,7 +284,7 @@ def test_every_mutation_of_a_watch_message_is_read_or_refused_with_a_discovery_e
 def test_a_token_that_is_not_a_string_is_malformed(monkeypatch):
     gateway = EtcdGateway(["http://127.0.0.1:9"], username="root", password="secret")
     for reply in ({"header": HEADER, "token": 7}, {"header": HEADER}, None, []):
-        monkeypatch.setattr(gateway, "_post_raw", lambda path, body, headers, reply=reply: reply)
+        monkeypatch.setattr(gateway, "_post_raw", lambda path, body, headers, deadline=None, reply=reply: reply)
         with pytest.raises(ds.BackendUnavailable, match="/v3/auth/authenticate"):
             gateway.headers()
 
@@ -300,7 +300,7 @@ def replying(gateway: EtcdGateway, reply: Any) -> EtcdGateway:
 def test_connect_to_nonsense_is_backend_unavailable_quoting_it(proxy, prefix, body):
     proxy.answer([body])
     with pytest.raises(ds.BackendUnavailable) as raised:
-        ds.connect(proxy.url(prefix, options="&startup_timeout=0"))
+        ds.connect(proxy.url(prefix, options="&connect_timeout=0.1"))
     message = str(raised.value)
     assert "/v3/maintenance/status" in message
     assert body.decode().strip() in message

@@ -87,6 +87,23 @@ def as_lists(value: Any) -> Any:
     return value
 
 
+# -- numbers as text ---------------------------------------------------------------------------------
+#: pieces of text that break naive number parsers (Python's int() and float() read other scripts'
+#: digits, underscores and surrounding whitespace; str.isdigit() is true for superscripts): joined
+#: in any order by :data:`number_text`
+PIECES = [
+    *"0123456789",
+    *("+", "-", ".", "_", "e", "E", "x", "X", "a", "f"),
+    *(" ", "\t", "\n", "\u00a0", "\u2003", "\u3000", "\u200b"),  # ASCII and Unicode spaces, a zero-width one
+    *("²", "³", "¹", "\u0663", "\u06f5", "\uff11", "\u0e53", "\u1045", "\U0001d7d9", "\u2155", "\u216b"),
+    *("inf", "nan", "Infinity", "none", "None", "0x", "0b1", "0o7", "1_000", "9" * 5000),
+]
+#: text an option parser may be given where a number is expected
+number_text = st.lists(st.sampled_from(PIECES), min_size=1, max_size=6).map("".join) | st.sampled_from(
+    ["²", "٣", "\uff11", " 1 ", "1 0", "+1", "-1", "+-1", "--1", "1_000", "0x1_0", "1e3", "1.5e-3", ".5", "5.", "."]
+)
+
+
 # -- values that cannot be stored ------------------------------------------------------------------
 class Colour(enum.Enum):
     RED = "red"

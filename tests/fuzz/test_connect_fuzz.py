@@ -1,8 +1,8 @@
 """``connect()`` on generated URLs and options of every scheme raises nothing but DiscoveryError.
 
-Nothing leaves loopback: etcd URLs point at a closed port with no startup retries, kube clients
-get a kubeconfig for a closed port and a short ready timeout, and file stores live in a
-temporary directory of this module.
+Nothing leaves loopback: etcd URLs point at a closed port with a connect_timeout of a few
+hundredths of a second, kube clients get a kubeconfig for a closed port, the same connect_timeout
+and a short ready timeout, and file stores live in a temporary directory of this module.
 """
 
 from __future__ import annotations
@@ -24,14 +24,17 @@ from hypothesis import strategies as st
 
 import discovery_sync as ds
 from testrigs.kubeconfig import write_kubeconfig
+from tests.fuzz.strategies import number_text
 
 CLOSED_PORT = 1  # nothing listens on tcpmux on a test machine
+SHORT = "0.02"  # connect_timeout: two tries at most, of a refused connection each
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 # values that break naive parsers: junk text, specials, huge and negative numbers, NULs
 junk = st.one_of(
     st.sampled_from(["", "nan", "inf", "-inf", "1e300", "-1", "0", "0x", "true", "maybe", "\0", "%00", "[::1"]),
     st.sampled_from(["0x2a", "$(", "$(HOME)", "$(UNSET_VARIABLE)", "٤٢"]),  # logical ids and keys
+    number_text,  # Unicode digits, whitespace, signs, underscores, exponents, 5000 digits
     st.text(max_size=12),
     st.integers(min_value=-(2**70), max_value=2**70).map(str),
     st.floats(allow_nan=True, allow_infinity=True).map(repr),
@@ -77,7 +80,7 @@ def test_etcd_urls(netloc: str, prefix: str, query: dict[str, str]) -> None:
     hosts = ",".join(f"127.0.0.1:{CLOSED_PORT}" if part.strip() else part for part in netloc.split(","))
     if not hosts.strip(", "):  # no host at all would mean ETCD_ENDPOINTS or localhost:2379
         hosts = f"127.0.0.1:{CLOSED_PORT},"
-    query["startup_timeout"] = "0"
+    query["connect_timeout"] = SHORT
     try_connect(f"etcd://{hosts}/{urllib.parse.quote(prefix)}?{urllib.parse.urlencode(query)}")
 
 
@@ -92,13 +95,13 @@ def test_raw_etcd_text(raw: str) -> None:
         host = None
     if host not in (None, "127.0.0.1") or not raw.strip(" ,"):  # only URLs that reach no server
         return
-    try_connect(f"etcd://{raw}", startup_timeout=0)
+    try_connect(f"etcd://{raw}", connect_timeout=SHORT)
 
 
 @FUZZ
 @given(query=options_of(KUBE_OPTIONS.names()))
 def test_kube_urls(kubeconfig: Path, query: dict[str, str]) -> None:
-    query.update(kubeconfig=str(kubeconfig), ready_timeout="0.2", pod_name="p", pod_uid="u")
+    query.update(kubeconfig=str(kubeconfig), ready_timeout="0.2", pod_name="p", pod_uid="u", connect_timeout=SHORT)
     try_connect(f"kube://?{urllib.parse.urlencode(query)}")
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -13,16 +14,21 @@ import discovery_sync as ds
 from discovery_sync.model import stored_form
 from tests.fuzz.strategies import (
     FUZZ,
+    FUZZ_PER_CASE,
+    UNSTORABLE,
     VALID_RECORDS,
     any_values,
+    card_with_planted,
     damaged_bytes,
     instances,
     json_values,
     mutated_records,
     only_discovery_errors,
+    path_text,
 )
 
 valid_records = st.sampled_from(VALID_RECORDS)
+VALID_MODEL = next(record for record in VALID_RECORDS if record["type"] == "Model")
 generated_records = instances.map(lambda instance: instance.to_dict())
 
 
@@ -102,3 +108,34 @@ def test_instance_from_dict_with_python_values_in_any_field(data):
 def test_instance_from_dict_and_json_of_anything(value):
     only_discovery_errors(ds.instance_from_dict, value)
     only_discovery_errors(ds.instance_from_json, value)
+
+
+#: the unstorable values orjson writes without complaint (NaN as null, a datetime as text...): only
+#: register()'s check (``jsonsafe.storable``) refuses them; instance_to_json refuses the others
+ORJSON_WRITES = {"nan", "inf", "-inf", "datetime", "date", "uuid", "enum", "dataclass", "fragment"}
+out_of_range = st.integers(min_value=2**64) | st.integers(max_value=-(2**63) - 1)
+
+
+@FUZZ
+@given(out_of_range, st.data())
+def test_instance_to_json_names_an_integer_beyond_json_readers_in_a_card_changed_after_building(number, data):
+    card, path = data.draw(card_with_planted(number))
+    instance = ds.instance_from_dict({**VALID_MODEL, "card_json": {}})
+    instance.card_json.update(card)
+    with pytest.raises(ds.ValidationError) as refused:
+        ds.instance_to_json(instance)
+    assert path_text(path) in str(refused.value)
+
+
+@pytest.mark.parametrize(("label", "value"), UNSTORABLE, ids=[label for label, _ in UNSTORABLE])
+@FUZZ_PER_CASE
+@given(data=st.data())
+def test_instance_to_json_of_an_unstorable_card_is_json_or_a_validation_error_naming_the_field(label, value, data):
+    card, path = data.draw(card_with_planted(value))
+    instance = ds.Model("ns", "backend", "generate", 1, card)
+    if label in ORJSON_WRITES:
+        assert isinstance(ds.instance_to_json(instance), bytes)
+        return
+    with pytest.raises(ds.ValidationError) as refused:  # never orjson's TypeError
+        ds.instance_to_json(instance)
+    assert path_text(path) in str(refused.value), (label, str(refused.value))

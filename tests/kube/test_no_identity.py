@@ -190,9 +190,35 @@ def test_request_timeout_is_validated_like_the_other_durations(server, laptop):
             laptop(request_timeout=bad)
 
 
+VERSION_REPLY = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+
+
+def answer_version_only(connection: socket.socket, stop: threading.Event) -> None:
+    """Answer the requests for ``/version`` on ``connection`` (how connecting checks that the API
+    server is there) and nothing else, keeping the connection open."""
+    connection.settimeout(0.1)
+    pending = b""
+    while not stop.is_set():
+        try:
+            chunk = connection.recv(4096)
+        except TimeoutError:
+            continue
+        except OSError:
+            return
+        if not chunk:
+            return
+        pending += chunk
+        while b"\r\n\r\n" in pending:
+            head, pending = pending.split(b"\r\n\r\n", 1)
+            if not head.startswith(b"GET /version"):
+                return  # held: never answered (the socket stays open until the fixture ends)
+            connection.sendall(VERSION_REPLY)
+
+
 @pytest.fixture
 def silent_server() -> Iterator[str]:
-    """A loopback server that accepts connections and never answers: its URL."""
+    """A loopback server that accepts connections and answers nothing but ``GET /version`` (so
+    connecting succeeds): its URL."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(16)
@@ -203,11 +229,13 @@ def silent_server() -> Iterator[str]:
         listener.settimeout(0.1)
         while not stop.is_set():
             try:
-                held.append(listener.accept()[0])
+                connection = listener.accept()[0]
             except TimeoutError:
                 continue
             except OSError:
                 return
+            held.append(connection)
+            threading.Thread(target=answer_version_only, args=(connection, stop), daemon=True).start()
 
     thread = threading.Thread(target=accept, daemon=True)
     thread.start()

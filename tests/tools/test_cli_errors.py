@@ -132,7 +132,7 @@ def test_a_store_that_cannot_be_created_exits_1(tmp_path, capsys):
 
 
 def test_an_unreachable_etcd_exits_1(capsys):
-    code, stderr = run_main(capsys, "--url", "etcd://127.0.0.1:1?startup_timeout=0.5", "list")
+    code, stderr = run_main(capsys, "--url", "etcd://127.0.0.1:1?connect_timeout=0.5", "list")
     assert code == cli.EXIT_STORE_ERROR
     assert_one_line(stderr, "discovery-sync: error: ", "127.0.0.1:1")
 

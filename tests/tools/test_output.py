@@ -110,12 +110,17 @@ def test_event_lines_give_time_event_key_and_summary():
     assert "model Qwen/Qwen3-0.6B" in output.event_line(ds.Added(MODEL), now)
 
 
+KUBE_TIMEOUTS = dict.fromkeys(
+    ("connect_timeout", "request_timeout", "ready_timeout", "sync_timeout", "write_timeout"), 3.0
+)
+
+
 @pytest.mark.parametrize(
     ("url", "expected"),
     [
-        ("etcd://127.0.0.1:2379", {"startup_timeout": 3.0, "request_timeout": 3.0}),
-        ("kube://", {"request_timeout": 3.0, "ready_timeout": 3.0, "sync_timeout": 3.0, "write_timeout": 3.0}),
-        ("kubernetes://", {"request_timeout": 3.0, "ready_timeout": 3.0, "sync_timeout": 3.0, "write_timeout": 3.0}),
+        ("etcd://127.0.0.1:2379", {"connect_timeout": 3.0, "request_timeout": 3.0}),
+        ("kube://", KUBE_TIMEOUTS),
+        ("kubernetes://", KUBE_TIMEOUTS),
         ("file:///tmp/x", {}),
         ("memory://x", {}),
     ],
@@ -126,7 +131,7 @@ def test_timeout_options_per_backend(url, expected):
 
 def test_timeout_options_without_a_url_follow_the_environment(monkeypatch):
     monkeypatch.setenv("DYN_DISCOVERY_BACKEND", "etcd")
-    assert set(store.timeout_options(None, 1.0)) == {"startup_timeout", "request_timeout"}
+    assert set(store.timeout_options(None, 1.0)) == {"connect_timeout", "request_timeout"}
     monkeypatch.setenv("DYN_DISCOVERY_BACKEND", "file")
     assert store.timeout_options(None, 1.0) == {}
 

@@ -13,6 +13,7 @@ from discovery_sync.options import (
     OptionSet,
     boolean,
     choice,
+    connect_timeout,
     duration,
     integer,
     optional,
@@ -20,6 +21,7 @@ from discovery_sync.options import (
     text,
     uint64,
     wait_timeout,
+    zero_is_default,
 )
 
 
@@ -112,3 +114,62 @@ def test_a_watch_waits_without_limit_for_an_infinite_timeout_and_refuses_nan():
             watch.get(timeout=math.nan)
         with pytest.raises(ds.ValidationError, match="idle_timeout"):
             next(watch.events(idle_timeout="soon"))
+
+
+# -- numbers are ASCII digits (issue 28, case 12) ------------------------------------------------------
+UNICODE_AND_PYTHON_ONLY = ["²", "\u0663", "\uff11", "1_000", "1e3", "inf", "\u00a05", "5\u3000", "1 0", "+-5", "--5"]
+
+
+@pytest.mark.parametrize(("given", "expected"), [("+2.5", 2.5), (".5", 0.5), ("5.", 5.0), (" 7\t", 7.0), ("10", 10.0)])
+def test_seconds_are_ascii_digits_with_an_optional_sign_and_decimal_point(given, expected):
+    assert duration(0.0)(given, "x") == expected
+
+
+@pytest.mark.parametrize("given", [*UNICODE_AND_PYTHON_ONLY, "9" * 5000, ".", "+", "0x10"])
+def test_seconds_in_anything_else_are_refused_saying_what_is_accepted(given):
+    with pytest.raises(ds.ValidationError, match=r"ASCII digits, an optional sign and decimal point, e\.g\. 10"):
+        duration(0.0)(given, "x")
+
+
+@pytest.mark.parametrize("given", [*UNICODE_AND_PYTHON_ONLY, "9" * 5000, "7.0", "+"])
+def test_whole_numbers_in_anything_but_ascii_digits_are_refused(given):
+    with pytest.raises(ds.ValidationError, match=r"between 1 and 2000 \(ASCII digits and an optional sign\)$"):
+        integer(1, 2000)(given, "x")
+
+
+@pytest.mark.parametrize("given", ["\u0663", "\uff11", "²", "0x1_0", "1_0", "+5", "0x+5", " 0x 5", "9" * 5000])
+def test_ids_in_anything_but_ascii_decimal_or_hex_are_refused(given):
+    with pytest.raises(ds.ValidationError, match=r"\(ASCII decimal digits, or hexadecimal with 0x\)$"):
+        uint64(given, "instance_id")
+
+
+def test_numbers_too_big_for_a_float_or_repr_are_validation_errors_or_infinity():
+    with pytest.raises(ds.ValidationError, match=r"^x=<int of \d+ bits> is not valid"):
+        duration(0.0)(10**5000, "x")
+    with pytest.raises(ds.ValidationError, match="x=-1000"):
+        duration(0.0)(-(10**400), "x")
+    assert wait_timeout(10**400, "timeout") is None and wait_timeout(-(10**400), "timeout") == 0.0
+
+
+def test_connect_timeout_takes_positive_seconds_or_none():
+    assert [connect_timeout(v, "c") for v in ("0.5", " 2 ", "+3", "none", " NONE ", None, 1, 2.5)] == [
+        0.5, 2.0, 3.0, None, None, None, 1.0, 2.5
+    ]  # fmt: skip
+    for bad in ("0", "-1", "nan", "inf", "²", "", "forever", 0, -0.5, math.nan, math.inf, 1e300, True, "0x1"):
+        with pytest.raises(ds.ValidationError, match=r"^c=.* is not valid: a number of seconds, more than 0 .* none"):
+            connect_timeout(bad, "c")
+
+
+def test_zero_is_default_maps_zero_only():
+    parse = zero_is_default(connect_timeout, 10.0)
+    assert [parse(v, "V") for v in ("0", "0.0", "-0", 0, "none", "3")] == [10.0, 10.0, 10.0, 10.0, None, 3.0]
+    with pytest.raises(ds.ValidationError, match="V='-1'"):
+        parse("-1", "V")
+
+
+def test_an_option_set_refuses_a_refused_option_with_its_reason_and_does_not_list_it():
+    options = OptionSet("demo", {"ttl": duration(1.0)}, refused={"connect_timeout": "not here: remove it"})
+    with pytest.raises(ds.ValidationError, match=r"^demo option connect_timeout=5 is not valid: not here: remove it$"):
+        options.parse({"connect_timeout": 5})
+    with pytest.raises(ds.ValidationError, match=r"the valid ones are ttl$"):
+        options.parse({"colour": 1})

@@ -280,3 +280,38 @@ def test_the_depth_warning_names_the_record_and_the_limit(caplog):
         parse_value(KeyValue(b"v1/mdc/ns/backend/generate/1", deep_model(MAX_DEPTH + 1), 5, 5, 0))
     (message,) = [record.getMessage() for record in caplog.records]
     assert "v1/mdc/ns/backend/generate/1" in message and "register() refuses" in message
+
+
+# -- instance_to_json of an instance holding what JSON cannot (issue 28, case 13) --------------------
+MODEL_RECORD = {"type": "Model", "namespace": "ns", "component": "c", "endpoint": "e", "instance_id": 1}
+OUTSIDE = "outside the integers JSON readers keep exact (-9223372036854775808 to 18446744073709551615)"
+
+
+@pytest.mark.parametrize("number", [2**64, 2**70, -(2**63) - 1, -(10**30)])
+def test_instance_to_json_names_an_integer_json_readers_cannot_keep(number):
+    card: dict[str, Any] = {"runtime_config": {"limits": [1, 2]}}
+    built = ds.instance_from_dict({**MODEL_RECORD, "card_json": card})
+    card["runtime_config"]["limits"][1] = number  # the card is the caller's: changed after building
+    hand_built = ds.Model("ns", "c", "e", 1, {"runtime_config": {"limits": [1, number]}})
+    for instance in (built, hand_built):
+        with pytest.raises(ds.ValidationError) as refused:
+            ds.instance_to_json(instance)
+        assert str(refused.value) == (
+            f'cannot store model ns/c/e/1: card_json["runtime_config"]["limits"][1] is {number}, {OUTSIDE}; '
+            "store it as a string"
+        )
+
+
+@pytest.mark.parametrize("number", [2**64 - 1, -(2**63)])
+def test_instance_to_json_writes_the_integers_at_the_bounds(number):
+    instance = ds.instance_from_dict({**MODEL_RECORD, "card_json": {"x": number}})
+    assert ds.instance_from_json(ds.instance_to_json(instance)) == instance
+
+
+def test_instance_to_json_names_the_field_of_other_kinds_too():
+    endpoint = ds.Endpoint("ns", "c", "e", 1, ds.Transport.tcp("a:1"), {"gpus": {0, 1}})
+    with pytest.raises(ds.ValidationError, match=r"^cannot store endpoint ns/c/e/1: device_type\[.gpus.\] has type"):
+        ds.instance_to_json(endpoint)
+    source = ds.EventSource(ds.EventScope.for_namespace("ns"), "t", 7, {"big": 2**64})
+    with pytest.raises(ds.ValidationError, match=r'metadata\["big"\] is 18446744073709551616, outside'):
+        ds.instance_to_json(source)
