@@ -61,15 +61,21 @@ def rust_trim(text: str) -> str:
 def parse_explicit_id(raw: str, label: str) -> int:
     """A trimmed, non-empty explicit id: decimal or ``0x`` hex, 1..2**64-1, ASCII digits only."""
     digits = raw[2:] if raw[:2] in ("0x", "0X") else None
-    if digits is not None and _HEXADECIMAL.fullmatch(digits):
+    if digits is not None and _HEXADECIMAL.fullmatch(digits) and _fits(digits, 16):
         number = int(digits, 16)
-    elif digits is None and _DECIMAL.fullmatch(raw):
+    elif digits is None and _DECIMAL.fullmatch(raw) and _fits(raw, 20):
         number = int(raw, 10)
     else:
         raise _bad(label, raw, ACCEPTED_ID)
     if not 0 < number <= U64_MAX:
         raise _bad(label, raw, ACCEPTED_ID)
     return number
+
+
+def _fits(digits: str, most: int) -> bool:
+    """At most ``most`` digits after leading zeros (and a sign), as a u64 has: longer text is out
+    of range without converting it (``int()`` refuses text over 4,300 digits with a ValueError)."""
+    return len(digits.lstrip("+").lstrip("0")) <= most
 
 
 def hash_key(key: str) -> int:

@@ -248,7 +248,10 @@ class KubeApi:
             timeout = min(longest, max(deadline - time.monotonic(), MIN_TRY))
         # the client types its answer as VersionInfo; without preloading the content, it is the raw response
         response = cast(urllib3.HTTPResponse, self.version.get_code(_preload_content=False, _request_timeout=timeout))
-        response.release_conn()
+        try:  # read to the end: a connection returned to the pool with the body unread gives the next
+            response.read()  # request that body for its own answer ("connection closed by the server")
+        finally:
+            response.release_conn()
 
     def list_page(self, resource: Resource, *, limit: int = LIST_PAGE_SIZE, token: str | None = None) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"limit": limit, "_preload_content": False, "_request_timeout": self._timeout}
