@@ -222,15 +222,15 @@ def test_the_license_file_is_the_declared_license_verbatim_in_both_distributions
     assert archive.read(name) == text
 
 
-def test_the_metadata_declares_the_license_the_project_urls_and_the_readme(wheel):
+def test_the_metadata_declares_the_license_and_the_readme_and_no_made_up_urls(wheel):
+    """No Project-URL: the project has no public home yet, and an invented address would send a
+    newcomer nowhere (issue 28, point 14)."""
     archive = zipfile.ZipFile(wheel)
     (name,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
     metadata = Parser().parsestr(archive.read(name).decode("utf-8"))
     assert "Apache-2.0" in (metadata["License-Expression"], metadata["License"])
     assert metadata.get_all("License-File") == ["LICENSE"]
-    urls = dict(entry.split(", ", 1) for entry in metadata.get_all("Project-URL", []))
-    assert set(urls) == {"Source", "Documentation", "Issues"}
-    assert urls["Documentation"].endswith("/docs")
+    assert metadata.get_all("Project-URL") is None
     assert metadata["Description-Content-Type"] == "text/markdown"
     assert metadata.get_payload().strip() == (REPO / "README.md").read_text(encoding="utf-8").strip()
 
