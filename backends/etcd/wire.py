@@ -360,6 +360,12 @@ def _first_line(text: str, limit: int = 120) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
+def _seconds_text(seconds: float) -> str:
+    """A request timeout as people write it: to a tenth of a second (a timeout cut to the time
+    left before a deadline, 0.2994 s, reads 0.3), a smaller one to two digits."""
+    return f"{round(seconds, 1):g}" if seconds >= 0.1 else f"{seconds:.2g}"
+
+
 def failure_cause(exc: BaseException) -> str:
     """Why a request failed, in a few words: "connection refused", "connection timed out",
     "no reply within 5 s", "name not resolved", "TLS error: ...", "connection reset by the server"...
@@ -387,7 +393,7 @@ def failure_cause(exc: BaseException) -> str:
     read_timeout = first(requests.ReadTimeout, urllib3.exceptions.ReadTimeoutError)
     if read_timeout is not None:
         seconds = re.search(r"read timeout=([0-9.]+)", str(read_timeout))
-        return f"no reply within {float(seconds.group(1)):.3g} s" if seconds else "no reply in time"
+        return f"no reply within {_seconds_text(float(seconds.group(1)))} s" if seconds else "no reply in time"
     if first(http.client.RemoteDisconnected) is not None:  # a ConnectionResetError without an errno
         return "connection closed by the server without a reply"
     if first(ConnectionResetError) is not None:

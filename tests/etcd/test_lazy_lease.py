@@ -354,3 +354,14 @@ def wrapped(cause: BaseException, top: type[requests.RequestException] = request
 )
 def test_failure_causes_are_words(exc, cause):
     assert failure_cause(exc) == cause
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"), [(0.2994, "0.3"), (0.3, "0.3"), (5.0, "5"), (12.5, "12.5"), (120.0, "120"), (0.05, "0.05")]
+)
+def test_a_request_timeout_cut_to_a_deadline_reads_as_people_write_it(seconds, text):
+    """A request timeout cut to the time left before connect_timeout (0.2994 s) is not shown to
+    the millisecond in the message (a run under load read "no reply within 0.299 s")."""
+    from discovery_sync.backends.etcd.wire import _seconds_text
+
+    assert _seconds_text(seconds) == text
