@@ -11,6 +11,7 @@ with ds.connect("file:///tmp/store") as client:
 
 from .cohort import Replacement
 from .connect import connect, default_url
+from .connection import ConnectionState, StateChange
 from .discovery import CollectedGarbage, Discovery
 from .endpoint_leases import EndpointLease
 from .errors import (
@@ -73,6 +74,7 @@ __all__ = [
     "ClientClosed",
     "CollectedGarbage",
     "ConflictError",
+    "ConnectionState",
     "Discovery",
     "DiscoveryError",
     "FailoverLock",
@@ -108,6 +110,7 @@ __all__ = [
     "Removed",
     "Replacement",
     "Resync",
+    "StateChange",
     "TOPOLOGY_TAINT_PREFIX",
     "Transport",
     "ValidationError",

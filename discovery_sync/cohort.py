@@ -44,8 +44,9 @@ class Replacement:
 class CohortMembership:
     """One cohort member's state; thread-safe. ``token`` names this member's claims."""
 
-    def __init__(self, logical_instance_id: int) -> None:
+    def __init__(self, logical_instance_id: int, on_mark: Callable[[Replacement], None] | None = None) -> None:
         self.logical_instance_id = logical_instance_id
+        self._on_mark = on_mark  # told at once, on the marking thread (it must not block)
         self.token = secrets.token_hex(8)
         #: True once this member has written (claimed the logical id) in the store
         self.claimed = False
@@ -67,6 +68,8 @@ class CohortMembership:
             self._replaced = replacement
             callbacks = list(self._callbacks)
         self._event.set()
+        if self._on_mark is not None:
+            self._on_mark(replacement)
         log.error(
             "this client (logical instance %x) was %s: it keeps none of its records and writes nothing "
             "more; exit, or connect again as a standby",

@@ -18,6 +18,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, overload
 
 from .cohort import CohortMembership, Replacement
+from .connection import ConnectionState, ConnectionStates, StateListener
 from .endpoint_leases import EndpointLease, EndpointLeases
 from .errors import ClientClosed, ConflictError, DiscoveryError, InstanceReplaced, NotFoundError, ValidationError
 from .events import WatchEvent
@@ -78,10 +79,14 @@ class Discovery(abc.ABC):
         self.read_only = read_only
         self._logical_instance_id = logical_instance_id
         self._endpoint_leases = EndpointLeases(self)
+        #: the connection state backends report to (docs/design.md §5.5)
+        self._connection = ConnectionStates(type(self).__name__)
         #: this client's membership of a failover cohort (clients sharing a logical instance id), or None
         self._cohort: CohortMembership | None = None
         if logical_instance_id is not None and not read_only:
-            self._cohort = CohortMembership(logical_instance_id)
+            self._cohort = CohortMembership(
+                logical_instance_id, on_mark=lambda replacement: self._connection.lose(str(replacement), final=True)
+            )
         self._failover_locks: list[FailoverLock] = []  # closed by shutdown()
 
     # -- identity ---------------------------------------------------------------------------------
@@ -624,6 +629,26 @@ class Discovery(abc.ABC):
             for lock in self._failover_locks:  # after the records: a standby takes over what is left
                 lock.close()
             self._close()
+        self._connection.close()
+
+    # -- connection state (docs/design.md §5.5) ------------------------------------------------------
+    @property
+    def state(self) -> ConnectionState:
+        """How this client's link to its store is doing: CONNECTED, SUSPENDED (writes or reads
+        fail; its records are at risk), LOST (its records are gone or a successor took them
+        over) or CLOSED. Never RECONNECTED: that is a change listeners are told of."""
+        return self._connection.state
+
+    def add_state_listener(self, listener: StateListener) -> None:
+        """Call ``listener(change)`` (a :class:`~discovery_sync.StateChange`) for every later
+        change of :attr:`state`, in order, from one thread of this client
+        (``discovery-sync-state``), never while a lock of the client is held. A listener that
+        raises is logged and stays registered. CLOSED is the last change."""
+        self._connection.add_listener(listener)
+
+    def remove_state_listener(self, listener: StateListener) -> None:
+        """Stop calling ``listener``; ValidationError when it is not registered."""
+        self._connection.remove_listener(listener)
 
     close = shutdown
 
@@ -634,7 +659,8 @@ class Discovery(abc.ABC):
     def status(self) -> dict[str, Any]:
         """How this client is doing, as a plain mapping (for logs and ``discovery-sync status``):
         ``backend``, ``read_only``, ``closed``, ``records`` (this client's, 0 once replaced),
-        ``logical_instance_id`` and ``replaced`` (who took over, or None), then what the backend
+        ``logical_instance_id``, ``replaced`` (who took over, or None) and ``connection`` (the
+        :attr:`state`'s value, e.g. ``"connected"``), then what the backend
         knows of its store and its threads (file: ``connected``, heartbeat and rescan health;
         etcd: the lease; Kubernetes: the pod's resource and the watch daemon). Asking changes
         nothing (an etcd client that has no lease yet is not granted one)."""
@@ -646,6 +672,7 @@ class Discovery(abc.ABC):
             "records": 0 if replaced is not None else len(self._owned),
             "logical_instance_id": self._logical_instance_id,
             "replaced": None if replaced is None else str(replaced),
+            "connection": self._connection.state.value,
         }
 
     # -- failover cohorts (docs/design.md §4.1) ---------------------------------------------------------
