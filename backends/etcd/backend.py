@@ -64,6 +64,15 @@ class EtcdDiscovery(Discovery):
     63-bit number that names no lease (no record carries it), and every write raises
     ValidationError.
 
+    Connection state (:attr:`state`): a request or watch stream that fails because etcd cannot
+    be reached or cannot serve it (refused, timed out, reset, HTTP 5xx; not a refusal, nor a
+    malformed reply) makes the client SUSPENDED, as does a keep-alive that fails whatever the
+    cause. A client without a lease is connected again (RECONNECTED, nothing rewritten) by the
+    next request or stream etcd answers; a client with one by its keep-alive, woken by that
+    answer: RECONNECTED when the lease survived, else LOST (etcd removed the records with the
+    lease), then RECONNECTED naming the keys written again once the lease is granted again and
+    every record is back. Compaction changes nothing (the watches resynchronise).
+
     :param endpoints: ``http(s)://host:port`` URLs, tried in order with fail-over.
     :param prefix: a root key prefix (default none: the reference's keys exactly).
     :param ttl: the lease TTL in seconds.
@@ -121,6 +130,19 @@ class EtcdDiscovery(Discovery):
         except BaseException:
             self.gateway.session.close()
             raise
+        # only now: the failed tries of connecting are not a connected client's faults
+        self.gateway.report_to(self._connection.suspend, self._answered)
+
+    def _answered(self) -> None:
+        """etcd answers again after a request failed as Unreachable: a client without a lease is
+        connected again; a client with one asks its keep-alive, which resumes when the lease
+        survived and otherwise reconnects once the lease and the records are back (so that no
+        RECONNECTED is shown before a LOST it did not know of yet)."""
+        lease = self._lease
+        if lease is None:
+            self._connection.resume("etcd answers again")
+        else:
+            lease.check_now()
 
     def _wait_until_reachable(self, timeout: float | None) -> None:
         """Ask etcd for its status until it answers (see the class docstring); BackendUnavailable
@@ -154,7 +176,7 @@ class EtcdDiscovery(Discovery):
             if self._lease is None:
                 self._check_writable("hold a lease")
                 self._check_open()  # _close() takes the lease under this lock once _closed is set
-                lease = LeaseKeeper(self.gateway, self.ttl, self._rewrite_owned)
+                lease = LeaseKeeper(self.gateway, self.ttl, self._rewrite_owned, self._connection)
                 lease.start()
                 self._lease = lease
             return self._lease
@@ -265,12 +287,17 @@ class EtcdDiscovery(Discovery):
     def _probe(self) -> None:
         self.gateway.range(*self.keys.everything(), limit=1)
 
-    def _rewrite_owned(self) -> None:
-        """Write the owned records again (the keep-alive thread, after re-granting the lost lease)."""
+    def _rewrite_owned(self) -> list[str]:
+        """Write the owned records again (the keep-alive thread, after re-granting the lost lease);
+        their store keys."""
         lease_id = self._leased().lease_id
+        written = []
         with self._api_lock:
             for instance in self._owned.values():
-                self.gateway.put(self.keys.key(instance.id()), instance_to_json(instance), lease_id)
+                key = self.keys.key(instance.id())
+                self.gateway.put(key, instance_to_json(instance), lease_id)
+                written.append(key.decode())
+        return written
 
     def _close(self) -> None:
         with self._lease_lock:  # _closed is set: no lease is granted after this

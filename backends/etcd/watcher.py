@@ -21,6 +21,12 @@ from a range newer than the resync's is already current and is left alone. A str
 for the read timeout is re-opened from the last revision without a resync. Any other exception ends
 the thread and fails every watch of the stream (the consumers get ``WatchFailed``); the next watch of
 that bucket gets a new stream.
+
+A stream that fails because etcd cannot be reached (refused, reset, HTTP 5xx) tells the gateway
+(:meth:`~.wire.EtcdGateway.failed`), so the client's connection state is SUSPENDED; the next watch
+etcd creates (or the resync's range before it) tells it etcd answers again. Compaction, a
+cancelled or ended stream, nonsense and a quiet stream are no connection fault: they change no
+state.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ from .layout import KeyLayout
 from .wire import (
     EtcdGateway,
     KeyValue,
+    Unreachable,
     WatchEvent,
     WatchResult,
     abort_stream,
@@ -197,6 +204,10 @@ class BucketStream:
             except (NeedsResync, requests.RequestException, BackendUnavailable) as exc:
                 if self._stop.is_set():
                     return
+                if isinstance(exc, requests.RequestException):
+                    self.gateway.failed(f"the watch on {self.label} cannot reach etcd: {failure_cause(exc)}")
+                elif isinstance(exc, Unreachable):  # already told, unless the stream itself got it
+                    self.gateway.failed(f"the watch on {self.label} failed: {exc}")
                 resync = True
                 self._pause(exc)
 
@@ -240,6 +251,7 @@ class BucketStream:
             raise NeedsResync(result.cancel_reason or "the server cancelled the watch")
         if result.created:
             self._retry.reset()  # the server accepted the watch: a later failure starts the backoff again
+            self.gateway.answered()
         with self._lock:  # the changes of one message (one revision, or a transaction) are handed out as one
             for event in result.events:
                 self._apply(event)

@@ -12,7 +12,10 @@ makes every public call raise BackendUnavailable, never KeyError, TypeError or b
 
 A server that cannot be reached is a BackendUnavailable too, whose message is one line naming the
 endpoint(s) and the cause in words (:func:`failure_cause`: connection refused, timed out, name not
-resolved, TLS error, reset...), never the reprs of requests' and urllib3's exceptions.
+resolved, TLS error, reset...), never the reprs of requests' and urllib3's exceptions. That, and
+HTTP 5xx, is an :class:`Unreachable`: the gateway tells its client of each (and of the first answer
+after one) through :meth:`EtcdGateway.report_to`, which is how the client's connection state learns
+that etcd is away and back.
 """
 
 from __future__ import annotations
@@ -416,6 +419,20 @@ class EtcdError(DiscoveryError):
     """The server refused a request (its message is included)."""
 
 
+class Unreachable(BackendUnavailable):
+    """etcd could not be reached (refused, timed out, reset...) or could not serve a request (HTTP
+    5xx: no leader, overloaded, shutting down): a fault of the link, unlike a refusal (:class:`EtcdError`)
+    or a malformed reply, which are answers."""
+
+
+def _ignore_failure(message: str) -> None:
+    return None
+
+
+def _ignore_answer() -> None:
+    return None
+
+
 def _refusal(data: Any, text: str) -> str:
     """The message of an error reply (JSON of any shape)."""
     if isinstance(data, dict):
@@ -452,6 +469,36 @@ class EtcdGateway:
         # requests hands a urllib3 Timeout to urllib3 as it is (its stubs do not say so): it bounds
         # the whole request, which a (connect, read) pair cannot
         self._timeout: Any = urllib3.Timeout(connect=self.connect_timeout, total=request_timeout)
+        #: a request failed as :class:`Unreachable` and none got an answer since (see :meth:`report_to`)
+        self.failing = False
+        self._on_failure: Callable[[str], None] = _ignore_failure
+        self._on_answer: Callable[[], None] = _ignore_answer
+        self._link_lock = threading.Lock()  # keeps ``failing`` and the reports it leads to in order
+
+    def report_to(self, on_failure: Callable[[str], None], on_answer: Callable[[], None]) -> None:
+        """From now on call ``on_failure(message)`` for every request (or watch stream, through
+        :meth:`failed`) that fails because etcd cannot be reached or cannot serve it
+        (:class:`Unreachable`), and ``on_answer()`` for the first one that gets an answer after
+        such a failure (a refusal or a malformed reply is an answer too). Both are called in the
+        thread of the request, under a lock of the gateway that nothing else is taken under: they
+        must only note the change. A request that is answered while nothing failed costs one
+        attribute read."""
+        with self._link_lock:
+            self._on_failure, self._on_answer = on_failure, on_answer
+
+    def failed(self, message: str) -> None:
+        """A request or stream failed as :class:`Unreachable` (see :meth:`report_to`)."""
+        with self._link_lock:
+            self.failing = True
+            self._on_failure(message)
+
+    def answered(self) -> None:
+        """A request or stream got an answer (see :meth:`report_to`); free unless one failed before."""
+        if self.failing:
+            with self._link_lock:
+                if self.failing:
+                    self.failing = False
+                    self._on_answer()
 
     @staticmethod
     def _new_session(verify: str | bool, cert: tuple[str, str] | None) -> requests.Session:
@@ -508,21 +555,31 @@ class EtcdGateway:
                 continue
             with self._lock:
                 self._current = self.endpoints.index(endpoint)
-            return self._decode(response, path)
-        raise BackendUnavailable("cannot reach etcd at " + "; ".join(errors))
+            if self.failing and response.status_code < 500:
+                self.answered()
+            try:
+                return self._decode(response, path)
+            except Unreachable as exc:
+                self.failed(str(exc))
+                raise
+        failure = Unreachable("cannot reach etcd at " + "; ".join(errors))
+        self.failed(str(failure))
+        raise failure
 
     @staticmethod
     def _decode(response: requests.Response, path: str) -> Any:
-        """The JSON of a successful reply, of any shape (the caller checks it with :func:`_parsed`)."""
+        """The JSON of a successful reply, of any shape (the caller checks it with :func:`_parsed`);
+        :class:`Unreachable` for HTTP 5xx, EtcdError for a refusal."""
+        unavailable = response.status_code >= 500  # no leader, overloaded, shutting down: retrying may help
         try:
             data = response.json()
         except (ValueError, RecursionError):
-            raise BackendUnavailable(
+            raise (Unreachable if unavailable else BackendUnavailable)(
                 f"etcd answered {path} with HTTP {response.status_code} and no JSON: {_quote(response.text)}"
             ) from None
         refused = isinstance(data, dict) and "error" in data and "header" not in data
-        if response.status_code >= 500:  # no leader, overloaded, shutting down: retrying may help
-            raise BackendUnavailable(
+        if unavailable:
+            raise Unreachable(
                 f"etcd could not serve {path} (HTTP {response.status_code}): {_refusal(data, response.text)}"
             )
         if response.status_code != 200 or refused:
@@ -631,7 +688,8 @@ class EtcdGateway:
         opened(response)
         try:
             if response.status_code != 200:
-                raise BackendUnavailable(f"etcd refused the watch: HTTP {response.status_code} {_quote(response.text)}")
+                failure = Unreachable if response.status_code >= 500 else BackendUnavailable
+                raise failure(f"etcd refused the watch: HTTP {response.status_code} {_quote(response.text)}")
             yield from _watch_messages(split_lines(_chunks(response), f"etcd on {WATCH}"))
         finally:
             response.close()

@@ -37,6 +37,7 @@ def base_status(*, read_only: bool) -> dict[str, Any]:
         "records": 0,
         "logical_instance_id": None,
         "replaced": None,
+        "connection": "connected",
     }
 
 
