@@ -237,7 +237,14 @@ class FileDiscovery(Discovery):
             missing_is_empty=self.read_only,
             subscribed=lambda kind: bool(self._feeds.current(kind)),
             patience=self._patience,
+            on_stall=self._store_stalled,
         )
+
+    def _store_stalled(self) -> None:
+        """A read of one bucket stalled: the buckets share one mount, so every view's clocks
+        start again (another bucket's next scan may be quick and still older than the stall)."""
+        for view in self._views.values():
+            view.restart_clocks()
 
     @property
     def instance_id(self) -> int:

@@ -32,7 +32,7 @@ from .missed import Suspects
 from .sight import Sight
 from .sweep import Sweeper
 from .timing import Timing
-from .view import DEEP, FULL, LISTING, BucketView, Touched
+from .view import DEEP, FULL, LISTING, STALL_AFTER, BucketView, Touched
 from .watcher import StoreWatcher
 
 log = logging.getLogger("discovery_sync.backends.file")
@@ -143,12 +143,16 @@ class Rescans:
     def rescan(self, scan: str = DEEP) -> None:
         """Rescan every bucket now (see :meth:`.backend.FileDiscovery.rescan`). A bucket that
         cannot be read fails the watches of its kind only; the other buckets are scanned."""
+        began = self._clock.monotonic()
         if self._read_only and self._watcher.follow():  # first: the emitter of a bucket that went away has stopped
             self._publish_new_buckets()
         if self._watcher.restart_if_dead():
             scan = DEEP  # what it did not deliver meanwhile
         self._sight.judge()
         owned = self._owned() if scan != LISTING else {}
+        took = self._clock.monotonic() - began
+        if took > STALL_AFTER:  # e.g. judge()'s statvfs on a frozen mount: the scans below may be quick and stale
+            next(iter(self._views.values())).stalled(f"a rescan took {took:.1f} s before its first scan")
         for kind, view in self._views.items():
             try:
                 self._rescan_bucket(kind, view, scan, owned.get(kind, {}))

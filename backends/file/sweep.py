@@ -161,14 +161,7 @@ class Sweeper:
         took = self._clock.monotonic() - began
         if took <= STALL_AFTER:
             return unchanged
-        log.warning(
-            "re-checking %s/%s before judging it dead took %.1f s: the store stalled; no record is judged dead "
-            "before it has had a full TTL to show a heartbeat again",
-            view.kind.bucket,
-            printable(name),
-            took,
-        )
-        view.restart_clocks()
+        view.stalled(f"re-checking {view.kind.bucket}/{printable(name)} before judging it dead took {took:.1f} s")
         return None
 
 

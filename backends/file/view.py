@@ -152,6 +152,7 @@ class BucketView:
         missing_is_empty: bool = False,
         subscribed: Callable[[RecordKind], bool] | None = None,
         patience: Patience | None = None,
+        on_stall: Callable[[], None] | None = None,
     ) -> None:
         """``dead_after``: seconds an unchanged mtime stays alive; ``settle``: seconds a read may
         disagree with the store (the mount's cache window); files over ``max_record_bytes`` are
@@ -160,8 +161,10 @@ class BucketView:
         ``subscribed(kind)``: whether anyone listens to changes of records of ``kind`` now (asked
         under ``publishing``). ``patience``: the slack of a writer whose heartbeat is slower than
         this reader's TTL asks (None: no writer's is, this reader's TTL is the longest any
-        heartbeat stands for)."""
+        heartbeat stands for). ``on_stall()``: the store stalled a read (:meth:`stalled`); default:
+        :meth:`restart_clocks`."""
         self.kind = kind
+        self._on_stall = on_stall if on_stall is not None else self.restart_clocks
         self.missing_is_empty = missing_is_empty
         self.directory = directory
         self.dead_after = dead_after
@@ -294,16 +297,18 @@ class BucketView:
         """A scan took ``took`` seconds: one far slower than usual was stalled by the store (a frozen
         mount), so what it read may be as old as its start: every clock starts again."""
         if took > max(STALL_AFTER, STALL_FACTOR * self._scan_cost):
-            log.warning(
-                "a scan of %s took %.1f s (usually %.2f s): the store stalled; no record is judged dead "
-                "before it has had a full TTL to show a heartbeat again",
-                self.kind.bucket,
-                took,
-                self._scan_cost,
-            )
-            self.restart_clocks()
+            self.stalled(f"a scan of {self.kind.bucket} took {took:.1f} s (usually {self._scan_cost:.2f} s)")
             return
         self._scan_cost += (took - self._scan_cost) / 8
+
+    def stalled(self, what: str) -> None:
+        """The store stalled a read (``what``, for the log): while it did, no heartbeat could show,
+        so what this reader saw before says nothing about liveness now: ``on_stall()``."""
+        log.warning(
+            "%s: the store stalled; no record is judged dead before it has had a full TTL to show a heartbeat again",
+            what,
+        )
+        self._on_stall()
 
     def _vanished(self) -> Changes:
         """The directory does not exist (``missing_is_empty``): close it; every record of it is gone."""

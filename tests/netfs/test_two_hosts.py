@@ -274,7 +274,7 @@ def test_a_frozen_file_server_makes_no_client_remove_or_report_removed_a_live_re
     for watcher in watchers:
         watcher.quiet(FREEZE_TTL + CACHE_WINDOW_B + 3 * SKEW_RESCAN + 2)
     for watcher in watchers:
-        assert watcher.removed() == [], (watcher.agent.name, watcher.events)
+        assert watcher.removed() == [], (watcher.agent.name, watcher.events, watcher.agent.log())
         assert watcher.state == paths
     assert {path.name for path in store_files(hosts.export)["records"]} == {path.replace("/", "%2F") for path in paths}
     for holder in holders:

@@ -1,0 +1,133 @@
+"""A store that stalls a client anywhere, not only in a scan, makes it judge nobody dead.
+
+On a frozen network mount every call that needs the server waits: a rescan's look at the
+filesystem (``statvfs`` for "mounted read-only?") as much as its scans. When the server answers
+again, the scans that follow are quick, yet what they read is as old as the freeze: the writers
+were frozen too and have not beaten since. So a stall seen anywhere restarts the clocks of every
+bucket of the client (they share one mount), and a record gets a full TTL from then.
+
+The frozen server itself is tests/netfs (real sshfs, timing-dependent); here the stall is injected
+on a manual clock at the one place a real freeze blocks, and the rescans run on the test's thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+import discovery_sync as ds
+from discovery_sync.testing import ManualClock
+from tests.file.junk import hand_written
+
+FREEZE = 30.0
+
+
+def _model_record(store: Path, instance_id: int) -> tuple[ds.Model, Path]:
+    record = ds.Model("ns", "backend", "generate", instance_id, {"display_name": "llama"})
+    path = store / "v1" / "mdc" / f"ns%2Fbackend%2Fgenerate%2F{instance_id:x}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(ds.instance_to_json(record))
+    return record, path
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def reader(tmp_path: Path, clock: ManualClock) -> Iterator[ds.Discovery]:
+    """A writing client without records (it judges, and deletes the dead), whose rescans the
+    test runs itself."""
+    client = ds.connect(f"file://{tmp_path / 'store'}?ttl=6", clock=clock)
+    client._rescans.thread.stop()  # type: ignore[attr-defined]
+    yield client
+    client.shutdown()
+
+
+def _watching(client: ds.Discovery, *records: ds.DiscoveryInstance) -> list[ds.Watch]:
+    """A watch of each kind, holding ``records`` (the views now follow their buckets)."""
+    watches = [client.list_and_watch(ds.Query.endpoints()), client.list_and_watch(ds.Query.models())]
+    held: set[ds.DiscoveryInstance] = set()
+    for watch in watches:
+        while not isinstance(event := watch.get(timeout=5), ds.Resync):
+            assert isinstance(event, ds.Added)
+            held.add(event.instance)
+    assert held == set(records)
+    return watches
+
+
+def _quiet(watches: list[ds.Watch]) -> bool:
+    for watch in watches:
+        try:
+            event = watch.get(timeout=0)
+        except ds.WatchTimeout:
+            continue
+        raise AssertionError(f"a watch heard {event}")
+    return True
+
+
+def _rescan(client: ds.Discovery) -> None:
+    client._rescans.rescan()  # type: ignore[attr-defined]
+
+
+def _stalling(clock: ManualClock, action: Callable[..., object]) -> Callable[..., object]:
+    def frozen_mount(*args: object) -> object:  # the call waits FREEZE seconds for the server
+        clock.advance(FREEZE)
+        return action(*args)
+
+    return frozen_mount
+
+
+def _stored(client: ds.Discovery, *records: ds.DiscoveryInstance) -> bool:
+    return all(client.get(record.id()) == record for record in records)
+
+
+def _swept_within(client: ds.Discovery, clock: ManualClock, seconds: float, *paths: Path) -> bool:
+    """Rescan every 5 s of the clock until ``paths`` are gone (the records are still dead: no
+    heartbeat ever comes); False when they outlive ``seconds``."""
+    end = clock.monotonic() + seconds
+    while clock.monotonic() < end:
+        clock.advance(5.0)
+        _rescan(client)
+        if not any(path.exists() for path in paths):
+            return True
+    return False
+
+
+def test_a_rescan_stalled_before_its_scans_judges_nobody_dead(tmp_path, clock, reader):
+    store = tmp_path / "store"
+    endpoint, path = hand_written(store, "generate", 1)  # its writer froze with the server
+    watches = _watching(reader, endpoint)
+    sight = reader._rescans._sight  # type: ignore[attr-defined]
+    judge = sight.judge
+    sight.judge = _stalling(clock, judge)  # judge()'s statvfs on the frozen mount
+    _rescan(reader)
+    sight.judge = judge
+    assert path.exists() and _stored(reader, endpoint) and _quiet(watches)  # a full TTL from now
+    clock.advance(5.0)  # under the TTL of 6 s since the stall ended
+    _rescan(reader)
+    assert path.exists() and _stored(reader, endpoint) and _quiet(watches)
+    assert _swept_within(reader, clock, 30.0, path)  # no heartbeat ever comes: dead all the same
+    assert reader.get(endpoint.id()) is None
+
+
+def test_a_stall_in_one_bucket_restarts_the_clocks_of_every_bucket(tmp_path, clock, reader):
+    store = tmp_path / "store"
+    endpoint, endpoint_path = hand_written(store, "generate", 1)
+    model, model_path = _model_record(store, 2)
+    watches = _watching(reader, endpoint, model)
+    views = reader._views  # type: ignore[attr-defined]
+    endpoints = views[ds.RecordKind.ENDPOINT]
+    scan = endpoints._scan_directory
+    endpoints._scan_directory = _stalling(clock, scan)  # instances is scanned first and stalls
+    _rescan(reader)
+    endpoints._scan_directory = scan
+    # the models bucket, scanned quickly right after, is as old as the stall too
+    assert model_path.exists() and endpoint_path.exists() and _stored(reader, endpoint, model) and _quiet(watches)
+    clock.advance(5.0)
+    _rescan(reader)
+    assert _stored(reader, endpoint, model) and _quiet(watches)
+    assert _swept_within(reader, clock, 30.0, endpoint_path, model_path)
