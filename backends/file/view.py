@@ -163,9 +163,8 @@ class BucketView:
         this reader's TTL asks (None: no writer's is, this reader's TTL is the longest any
         heartbeat stands for). ``on_stall()``: the store stalled a read (:meth:`stalled`); default:
         :meth:`restart_clocks`."""
-        self.kind = kind
+        self.kind, self.missing_is_empty = kind, missing_is_empty
         self._on_stall = on_stall if on_stall is not None else self.restart_clocks
-        self.missing_is_empty = missing_is_empty
         self.directory = directory
         self.dead_after = dead_after
         self.settle = settle
