@@ -15,6 +15,14 @@ are settled by the resourceVersion at which each model first appeared: the earli
 
 One client per CR name: two clients with the same pod (and container) overwrite each other's CR.
 
+Connection state (docs/design.md §5.5, :mod:`.keeper`): SUSPENDED while the API server does not
+answer (or answers 5xx / 429) this client's writes, its read barrier or the daemon's watches, and
+once the daemon has Failed; RECONNECTED when it answers again. When this worker's CR is deleted
+by someone else while the client owns records in it, the client is LOST and applies the whole CR
+again (RECONNECTED naming the records' store keys), unless its pod is gone or going (then the CR
+went with it and stays LOST); when the API server does not answer, the next answer, or the next
+write, applies it.
+
 Without a pod identity (a laptop with a kubeconfig) a client lists, gets and watches like any
 other; registering, leasing and taint updates raise ValidationError saying how to give it one.
 Its instance id is random, in [2**53, 2**63): above every Kubernetes worker id (53 bits), so it
@@ -29,6 +37,7 @@ import logging
 import os
 import secrets
 import threading
+import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any, TypeVar
@@ -46,11 +55,12 @@ from discovery_sync.specs import DiscoverySpec, EndpointSpec, EventSourceSpec
 from discovery_sync.watch import WatchFeed
 
 from .identity import DEFAULT_PODINFO_DIR, MODES, PodIdentity, check_publisher_id, missing_identity_message
+from .keeper import ConnectionKeeper
 from .layout import worker_metadata_body
 from .liveness import parse_rv
 from .options import OPTIONS
 from .view import KubeDaemon, State
-from .wire import TRANSPORT_ERRORS, KubeApi, explain, status_message, transport_cause
+from .wire import TRANSPORT_ERRORS, KubeApi, explain, status_message, transport_cause, unreachable
 
 log = logging.getLogger("discovery_sync.backends.kube")
 
@@ -125,6 +135,9 @@ class KubeDiscovery(Discovery):
         self._local: dict[DiscoveryInstanceId, DiscoveryInstance] = {}
         self._first_seen: dict[DiscoveryInstanceId, int | None] = {}
         self._cr_uid: str | None = None
+        #: why this worker's CR is known to be gone while the client owns records (None: it is not)
+        self._cr_lost: str | None = None
+        self._keeper = ConnectionKeeper(self._connection, self._recover_cr)
         self.writes = 0
         # a client without an identity (or a read-only one) has an id that names no worker
         self._instance_id = (
@@ -136,7 +149,9 @@ class KubeDiscovery(Discovery):
         own = self.identity
         if own is not None and own.mode == "container":
             self._retrying(partial(api.delete_worker_metadata, own.cr_name), "deleting the stale CR")
-        self.daemon = KubeDaemon(api, mode=self.mode, own_cr_name=own.cr_name if own is not None else None)
+        self.daemon = KubeDaemon(
+            api, mode=self.mode, own_cr_name=own.cr_name if own is not None else None, keeper=self._keeper
+        )
         self.daemon.start()
 
     def _wait_until_reachable(self, timeout: float | None) -> None:
@@ -208,6 +223,7 @@ class KubeDiscovery(Discovery):
             "instance_id": self.instance_id if identity is not None else None,
             "local_records": records,
             "writes": self.writes,
+            "failing": self._keeper.failing(),
             **self.daemon.status(),
         }
 
@@ -265,40 +281,136 @@ class KubeDiscovery(Discovery):
             else:
                 self._local[key] = before
             raise
-        self.writes += 1
-        meta = (stored.get("metadata") or {}) if isinstance(stored, dict) else {}
-        self._cr_uid = meta.get("uid", self._cr_uid)
+        version = self._stored(stored)
         if value is None:
             self._first_seen.pop(key, None)
         elif before is None:
-            self._first_seen[key] = parse_rv(meta.get("resourceVersion"))
+            self._first_seen[key] = version
+        self._restored(version, f"{action} applied the whole DynamoWorkerMetadata {identity.cr_name} again")
         self.daemon.set_local(self._local, self._first_seen)
 
+    def _stored(self, stored: Any) -> int | None:
+        """A CR write succeeded (lock held): count it, keep the CR's uid; its resourceVersion."""
+        self.writes += 1
+        meta = (stored.get("metadata") or {}) if isinstance(stored, dict) else {}
+        self._cr_uid = meta.get("uid", self._cr_uid)
+        return parse_rv(meta.get("resourceVersion"))
+
+    def _restored(self, version: int | None, reason: str) -> None:
+        """The whole CR was just applied (lock held): when it had been lost, every record appears
+        anew at ``version`` (as readers now see it) and the client is RECONNECTED naming them."""
+        if self._cr_lost is None:
+            return
+        self._cr_lost = None
+        for key in self._local:
+            self._first_seen[key] = version
+        rewritten = sorted(f"{key.kind.bucket}/{key.to_path()}" for key in self._local)
+        self._connection.reconnect(reason, rewritten=rewritten)
+
     def _retrying(self, call: Callable[[], T], action: str, timeout: float | None = None) -> T:
-        """``call()``, retried on transient errors for ``timeout`` (default ``write_timeout``) seconds."""
+        """``call()``, retried on transient errors for ``timeout`` (default ``write_timeout``) seconds.
+
+        An unreachable API server (no answer, 5xx, 429) suspends the client from the second failed
+        attempt (or the only one); a success is an answer (:mod:`.keeper`)."""
         budget = self.write_timeout if timeout is None else timeout
         retry = Retry(RETRY_START, RETRY_MAX, jitter=0, timeout=budget)
         attempts = 0
-        while True:
-            attempts += 1
-            try:
-                return call()
-            except ApiException as exc:
-                if exc.status in _INVALID:
-                    raise ValidationError(f"{explain(exc, action, self.api.server)}; nothing was changed") from exc
-                if exc.status in _PERMANENT:
-                    raise BackendUnavailable(f"{explain(exc, action, self.api.server)}; nothing was changed") from exc
-                error: BaseException = exc
-            except TRANSPORT_ERRORS as exc:
-                error = exc
-            delay = retry.next_delay()
-            if delay > retry.remaining():  # the next attempt would come after the deadline
-                raise BackendUnavailable(
-                    f"{explain(error, action, self.api.server)}; gave up after {attempts} attempt(s) in {budget:g} s; "
-                    "nothing was changed"
-                ) from error
-            log.warning("%s; retrying in %.2f s", explain(error, action, self.api.server), delay)
-            retry.wait(delay)
+        try:
+            while True:
+                attempts += 1
+                started = time.monotonic()
+                try:
+                    result = call()
+                except ApiException as exc:
+                    if exc.status in _INVALID:
+                        raise ValidationError(f"{explain(exc, action, self.api.server)}; nothing was changed") from exc
+                    if exc.status in _PERMANENT:
+                        raise BackendUnavailable(
+                            f"{explain(exc, action, self.api.server)}; nothing was changed"
+                        ) from exc
+                    error: BaseException = exc
+                except TRANSPORT_ERRORS as exc:
+                    error = exc
+                else:
+                    reason = f"the Kubernetes API server {self.api.server} answers again ({action} worked)"
+                    self._keeper.answered("write", reason, started)
+                    return result
+                delay = retry.next_delay()
+                last = delay > retry.remaining()  # the next attempt would come after the deadline
+                if unreachable(error) and (attempts > 1 or last):
+                    self._keeper.failed("write", explain(error, action, self.api.server), started)
+                if last:
+                    raise BackendUnavailable(
+                        f"{explain(error, action, self.api.server)}; gave up after {attempts} attempt(s) in "
+                        f"{budget:g} s; nothing was changed"
+                    ) from error
+                log.warning("%s; retrying in %.2f s", explain(error, action, self.api.server), delay)
+                retry.wait(delay)
+        finally:
+            self._keeper.settled("write")  # (gone already after a success)
+
+    # -- this worker's CR, deleted by someone else ------------------------------------------------------
+    def _recover_cr(self, uid: str | None) -> None:
+        """Keeper thread: the daemon saw this worker's CR ``uid`` deleted (None: the API server
+        answers again after applying it failed). LOST when the client owned records in it, then the
+        whole CR is applied again (see the module docstring)."""
+        with self._metadata_lock:
+            if self._closed or self.identity is None:
+                return
+            if uid is not None:
+                if uid != self._cr_uid:
+                    return  # an older CR, or one a write has applied again since
+                self._cr_uid = None  # nothing to delete at shutdown any more
+                if not self._local:
+                    return  # it held no records: nothing was lost
+                self._cr_lost = (
+                    f"DynamoWorkerMetadata {self.api.namespace}/{self.identity.cr_name} (uid {uid}) was deleted while "
+                    f"this client owned {len(self._local)} record(s) in it"
+                )
+                self._connection.lose(self._cr_lost)
+            if self._cr_lost is not None and self._pod_lives(self.identity):
+                self._apply_again(self.identity)
+
+    def _pod_lives(self, identity: PodIdentity) -> bool:
+        """Whether this worker's pod is still there and not being deleted (lock held). A CR deleted
+        with its pod (garbage collection) must not come back: readers would never serve it, and
+        the collector would delete it again."""
+        try:
+            pod = self.api.read_pod(identity.pod_name)
+        except (ApiException, *TRANSPORT_ERRORS) as exc:
+            if unreachable(exc):
+                self._keeper.retry_when_answered()
+                log.warning("%s; applying this worker's CR again waits for an answer", explain(exc, "reading this pod"))
+                return False
+            return True  # refused (no RBAC to read pods, say): this process runs, so its pod must too
+        meta = (pod or {}).get("metadata") or {}
+        if pod is None or meta.get("uid") != identity.pod_uid or meta.get("deletionTimestamp"):
+            log.warning(
+                "this worker's pod %s is gone or going: its CR went with it and is not applied again", identity.pod_name
+            )
+            return False
+        return True
+
+    def _apply_again(self, identity: PodIdentity) -> None:
+        """Apply the whole CR after it was deleted (lock held): RECONNECTED, or still LOST."""
+        body = worker_metadata_body(identity, self._local.values())
+        action = f"applying DynamoWorkerMetadata {identity.cr_name} again"
+        try:
+            stored = self._retrying(partial(self.api.apply_worker_metadata, identity.cr_name, body), action)
+        except (BackendUnavailable, ValidationError) as exc:
+            waits = exc.__cause__ is not None and unreachable(exc.__cause__)
+            if waits:
+                self._keeper.retry_when_answered()
+            log.warning(
+                "%s; its %d record(s) stay lost until the next write%s",
+                exc,
+                len(self._local),
+                " or the next answer of the API server" if waits else "",
+            )
+            return
+        version = self._stored(stored)
+        self._restored(version, f"applied the whole DynamoWorkerMetadata {identity.cr_name} again (uid {self._cr_uid})")
+        self.daemon.set_local(self._local, self._first_seen)
 
     # -- reads --------------------------------------------------------------------------------------
     def _view(self) -> KubeDaemon:
@@ -329,10 +441,16 @@ class KubeDiscovery(Discovery):
         self._view().open_feed(feed)
 
     def _probe(self) -> None:
+        started = time.monotonic()
         try:
             self.api.list_page(self.api.worker_metadata, limit=1)
         except (ApiException, *TRANSPORT_ERRORS) as exc:
-            raise BackendUnavailable(explain(exc, "listing DynamoWorkerMetadata", self.api.server)) from exc
+            message = explain(exc, "listing DynamoWorkerMetadata", self.api.server)
+            if unreachable(exc):
+                self._keeper.failed("read", message, started, lasting=False)
+            raise BackendUnavailable(message) from exc
+        reason = f"the Kubernetes API server {self.api.server} answers again (check_connection() worked)"
+        self._keeper.answered("read", reason, started)
         if self.daemon.state is State.FAILED:
             raise BackendUnavailable(f"Kubernetes discovery failed: {self.daemon.reason}")
 
@@ -349,6 +467,7 @@ class KubeDiscovery(Discovery):
 
     # -- lifecycle ----------------------------------------------------------------------------------
     def _close(self) -> None:
+        self._keeper.close()  # what shutting down does to the CR and the daemon is no fault
         with self._metadata_lock:
             self._local.clear()
             cr_uid, self._cr_uid = self._cr_uid, None
@@ -363,4 +482,5 @@ class KubeDiscovery(Discovery):
             except Exception as exc:  # the Pod ownerReference still has it garbage-collected
                 log.warning("could not delete this worker's CR at shutdown (%s); it goes with its pod", exc)
         self.daemon.stop()
+        self._keeper.join(5.0)
         self.api.close()

@@ -15,6 +15,10 @@ States: ``Pending`` until both resources were listed once, then ``Ready``; ``Sto
 :meth:`stop`; ``Failed(reason)`` when the CRD or RBAC is missing at start, or on a bug — then
 every feed fails with the cause, never silently.
 
+With a :class:`~.keeper.ConnectionKeeper` the daemon reports what its streams and its read
+barrier see of the API server (failing, answering again), its own failure, and the deletion of
+this pod's own CR (a DELETED event, or a new list without it or with another uid).
+
 :meth:`sync` is the read barrier behind read-your-writes across pods: it lists both resources and
 waits until the view has applied at least that state (comparing resourceVersions as integers, as
 etcd-backed servers issue them).
@@ -26,6 +30,7 @@ import enum
 import logging
 import queue
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,10 +47,11 @@ from discovery_sync.reconcile import apply
 from discovery_sync.threads import start_thread
 from discovery_sync.watch import WatchFeed
 
+from .keeper import ConnectionKeeper
 from .liveness import Readiness, WorkerEntry, is_served, parse_rv, ready_from_pods, ready_from_slices, update_entry
 from .served import ServedSet
-from .watcher import Changed, Crashed, Fatal, Listed, Message, Progress, ResourceStream, Trouble
-from .wire import TRANSPORT_ERRORS, KubeApi, Resource, explain
+from .watcher import Changed, Crashed, Fatal, Listed, Message, Opened, Progress, ResourceStream, Trouble
+from .wire import TRANSPORT_ERRORS, KubeApi, Resource, explain, unreachable
 
 log = logging.getLogger("discovery_sync.backends.kube")
 
@@ -98,8 +104,11 @@ class ResourceCache:
 class KubeDaemon:
     """The view of one namespace for one client; see the module docstring."""
 
-    def __init__(self, api: KubeApi, *, mode: str, own_cr_name: str | None) -> None:
+    def __init__(
+        self, api: KubeApi, *, mode: str, own_cr_name: str | None, keeper: ConnectionKeeper | None = None
+    ) -> None:
         self.api = api
+        self._keeper = keeper
         self.mode = mode
         self.own_cr_name = own_cr_name
         self._lock = threading.RLock()
@@ -178,13 +187,18 @@ class KubeDaemon:
         ``timeout``; the view is then served as it is, possibly stale.
         """
         targets = []
+        started = time.monotonic()
         for cache in self._caches.values():
             try:
                 objects, version = self.api.list_all(cache.resource)
             except (ApiException, *TRANSPORT_ERRORS) as exc:
-                self._warn_stale(explain(exc, f"listing {cache.resource.plural}", self.api.server))
+                message = explain(exc, f"listing {cache.resource.plural}", self.api.server)
+                if self._keeper is not None and unreachable(exc):
+                    self._keeper.failed("read", message, started, lasting=False)
+                self._warn_stale(message)
                 return False
             targets.append((cache, objects, version))
+        self._answered("read", "a read's list", started)
         with self._changed:
             current = self._changed.wait_for(
                 lambda: self.state is not State.READY or all(c.covers(o, v) for c, o, v in targets), timeout
@@ -274,32 +288,19 @@ class KubeDaemon:
             return
         if isinstance(message, Trouble):
             self.last_error = message.message
+            if self._keeper is not None and message.unreachable and message.failures > 1:
+                self._keeper.failed(f"watch {message.resource}", message.message, message.started)
+            return
+        if isinstance(message, Opened):
+            self._answered(f"watch {message.resource}", f"watching {message.resource}", message.started)
             return
         cache = self._caches[message.resource]
         if isinstance(message, Progress):
             cache.advance(message.resource_version)
             return
         if isinstance(message, Listed):
-            cache.objects = dict(message.objects)
-            cache.progress = None
-            cache.advance(message.resource_version)
-            cache.listed = True
-            if cache is self._crs:
-                self._entries = {
-                    name: update_entry(self._entries.get(name), obj) for name, obj in message.objects.items()
-                }
-                touched = self._serve_all()
-            else:
-                touched = self._readiness_changed()
-            resync = not message.initial and self.state is State.READY
-            if resync:
-                self.resyncs += 1
-                log.info("listed %s again; resynchronising %d watch(es)", message.resource, len(self._feeds))
-            self._publish(touched, resync=resync)
-            if self.state is State.PENDING and all(c.listed for c in self._caches.values()):
-                self.state = State.READY
-                self.last_error = ""
-                log.debug("Kubernetes discovery is ready (%d workers)", len(self._entries))
+            self._answered(f"watch {message.resource}", f"listing {message.resource}", message.started)
+            self._listed(cache, message)
             return
         assert isinstance(message, Changed)
         obj = message.object
@@ -309,11 +310,48 @@ class KubeDaemon:
             cache.objects.pop(name, None)
             if cache is self._crs:
                 self._entries.pop(name, None)
+                if name == self.own_cr_name:
+                    self._own_cr_gone(obj)
         else:
             cache.objects[name] = obj
             if cache is self._crs:
                 self._entries[name] = update_entry(self._entries.get(name), obj)
         self._publish(self._serve(name) if cache is self._crs else self._readiness_changed(), resync=False)
+
+    def _listed(self, cache: ResourceCache, message: Listed) -> None:
+        """A complete list: replace the cache, re-serve what it concerns, turn Ready once both are listed."""
+        if cache is self._crs and self.own_cr_name is not None:
+            before, after = cache.objects.get(self.own_cr_name), message.objects.get(self.own_cr_name)
+            if before is not None and (after is None or _uid(after) != _uid(before)):
+                self._own_cr_gone(before)  # deleted while the watch was down (and maybe created anew)
+        cache.objects = dict(message.objects)
+        cache.progress = None
+        cache.advance(message.resource_version)
+        cache.listed = True
+        if cache is self._crs:
+            self._entries = {name: update_entry(self._entries.get(name), obj) for name, obj in message.objects.items()}
+            touched = self._serve_all()
+        else:
+            touched = self._readiness_changed()
+        resync = not message.initial and self.state is State.READY
+        if resync:
+            self.resyncs += 1
+            log.info("listed %s again; resynchronising %d watch(es)", message.resource, len(self._feeds))
+        self._publish(touched, resync=resync)
+        if self.state is State.PENDING and all(c.listed for c in self._caches.values()):
+            self.state = State.READY
+            self.last_error = ""
+            log.debug("Kubernetes discovery is ready (%d workers)", len(self._entries))
+
+    def _answered(self, source: str, what: str, started: float) -> None:
+        if self._keeper is not None:
+            reason = f"the Kubernetes API server {self.api.server} answers again ({what} worked)"
+            self._keeper.answered(source, reason, started)
+
+    def _own_cr_gone(self, obj: dict[str, Any]) -> None:
+        """This pod's own CR was deleted (by anyone: the backend judges whose records that lost)."""
+        if self._keeper is not None:
+            self._keeper.cr_gone(_uid(obj))
 
     # One change re-serves only the workers it concerns, so delivery does not slow down with the
     # size of the namespace; a new list re-serves them all.
@@ -379,9 +417,16 @@ class KubeDaemon:
             self.state = State.FAILED
             self.reason = reason
             self._changed.notify_all()
+        if self._keeper is not None:  # reads fail from now on, with this reason
+            self._keeper.failed("daemon", f"Kubernetes discovery failed: {reason}", time.monotonic())
         self._feeds.fail(exc)
         for stream in self._streams:
             stream.stop(timeout=0)
+
+
+def _uid(obj: Mapping[str, Any]) -> str | None:
+    uid = (obj.get("metadata") or {}).get("uid")
+    return uid if isinstance(uid, str) else None
 
 
 def _event_id(event: DiscoveryEvent) -> DiscoveryInstanceId:

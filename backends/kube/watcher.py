@@ -7,12 +7,18 @@ daemon turns into a resync of every watch. Errors (the API server's, the connect
 the bound of :mod:`discovery_sync.ndjson`) back off 250 ms doubling to 5 s, with jitter.
 Only a 401/403/404 before the first list succeeded is final (:class:`Fatal`): the CRD or RBAC is
 missing and retrying will not help. Anything unexpected is posted as :class:`Crashed`.
+
+For the connection state (:mod:`.keeper`) every attempt is timed: :class:`Listed` and
+:class:`Opened` (a watch the server accepted) say when the request that worked began;
+:class:`Trouble` says when the failed one began, how many attempts in a row failed and whether
+the server was unreachable (no answer, a 5xx or a 429).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +30,7 @@ from discovery_sync.ndjson import LineTooLong
 from discovery_sync.retry import Retry
 from discovery_sync.threads import start_thread
 
-from .wire import TRANSPORT_ERRORS, Gone, KubeApi, Resource, abort, explain
+from .wire import TRANSPORT_ERRORS, Gone, KubeApi, Resource, abort, explain, unreachable
 
 log = logging.getLogger("discovery_sync.backends.kube")
 
@@ -33,12 +39,22 @@ BACKOFF_START, BACKOFF_MAX = 0.25, 5.0
 
 @dataclass(frozen=True)
 class Listed:
-    """A complete list of ``resource`` at ``resource_version``; ``initial`` for the first one."""
+    """A complete list of ``resource`` at ``resource_version``; ``initial`` for the first one;
+    ``started``: when the list began (``time.monotonic()``)."""
 
     resource: str
     objects: dict[str, dict[str, Any]]
     resource_version: str
     initial: bool
+    started: float = 0.0
+
+
+@dataclass(frozen=True)
+class Opened:
+    """The server accepted a watch of ``resource`` asked for at ``started`` (``time.monotonic()``)."""
+
+    resource: str
+    started: float
 
 
 @dataclass(frozen=True)
@@ -60,10 +76,15 @@ class Progress:
 
 @dataclass(frozen=True)
 class Trouble:
-    """A transient error; the stream retries by itself."""
+    """A transient error; the stream retries by itself. ``failures``: attempts in a row that
+    failed, this one included; ``unreachable``: no answer, a 5xx or a 429; ``started``: when the
+    failed attempt began (``time.monotonic()``)."""
 
     resource: str
     message: str
+    unreachable: bool = False
+    failures: int = 1
+    started: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -82,7 +103,7 @@ class Crashed:
     error: BaseException
 
 
-Message = Listed | Changed | Progress | Trouble | Fatal | Crashed
+Message = Listed | Opened | Changed | Progress | Trouble | Fatal | Crashed
 
 
 class ResourceStream:
@@ -98,6 +119,8 @@ class ResourceStream:
         self._wake = threading.Event()  # ends the thread's wait between attempts (set by stop())
         self._clock = clock
         self._response: Any = None
+        self._started = 0.0  # when the current attempt began
+        self._failures = 0  # attempts in a row that failed
         self._thread = start_thread(
             f"discovery-sync-kube-watch-{resource.plural}", self._loop, self._crashed, start=False
         )
@@ -129,9 +152,12 @@ class ResourceStream:
         while not self._stop.is_set():
             try:
                 if version is None:
+                    self._started = time.monotonic()
                     objects, version = self.api.list_all(self.resource)
-                    self._post(Listed(plural, objects, version, initial=not listed))
+                    self._failures = 0
+                    self._post(Listed(plural, objects, version, initial=not listed, started=self._started))
                     listed = True
+                self._started = time.monotonic()
                 version = self._watch(version)
                 retry.reset()
             except Gone as exc:
@@ -150,7 +176,8 @@ class ResourceStream:
                     return
                 delay = retry.next_delay()
                 log.warning("%s; retrying in %.2f s", message, delay)
-                self._post(Trouble(plural, message))
+                self._failures += 1
+                self._post(Trouble(plural, message, unreachable(exc), self._failures, self._started))
                 retry.wait(delay)  # stop() ends it; the loop then sees _stop
 
     def _watch(self, version: str) -> str:
@@ -175,3 +202,6 @@ class ResourceStream:
         self._response = response
         if self._stop.is_set():
             abort(response)
+            return
+        self._failures = 0
+        self._post(Opened(self.resource.plural, self._started))

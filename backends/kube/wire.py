@@ -121,6 +121,15 @@ def transport_cause(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
+def unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` means the API server could not be reached or could not serve: no answer
+    (refused, reset, timed out) or a 5xx / 429 answer. A refusal (400, 403, 404, 410, ...) is an
+    answer: the server is there."""
+    if isinstance(exc, ApiException):
+        return exc.status is not None and (exc.status >= 500 or exc.status == 429)
+    return isinstance(exc, TRANSPORT_ERRORS)
+
+
 def explain(exc: BaseException, action: str, server: str | None = None) -> str:
     """A message for a failed ``action`` that says what to do about the usual causes (one line)."""
     if isinstance(exc, DiscoveryError):  # ours (a stream line over the bound): it says what happened already
@@ -222,7 +231,8 @@ class KubeApi:
         self._watch_timeout = (connect, WATCH_READ_TIMEOUT)
         self.custom = client.CustomObjectsApi(api_client)
         self.version = client.VersionApi(api_client)
-        core, discovery = client.CoreV1Api(api_client), client.DiscoveryV1Api(api_client)
+        self.core = core = client.CoreV1Api(api_client)
+        discovery = client.DiscoveryV1Api(api_client)
         self.worker_metadata = Resource(
             PLURAL,
             partial(self.custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL),
@@ -314,6 +324,19 @@ class KubeApi:
                 with contextlib.suppress(Exception):
                     response.close()
             response.release_conn()
+
+    def read_pod(self, name: str) -> dict[str, Any] | None:
+        """The Pod ``name`` of this namespace as raw JSON; None when there is none (404)."""
+        try:
+            response = self.core.read_namespaced_pod(
+                name, self.namespace, _preload_content=False, _request_timeout=self._timeout
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        pod: dict[str, Any] = _read_json(cast(urllib3.HTTPResponse, response))
+        return pod
 
     # -- writes -------------------------------------------------------------------------------------
     def apply_worker_metadata(self, name: str, body: dict[str, Any]) -> dict[str, Any]:

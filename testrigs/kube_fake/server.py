@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import socket
 import threading
 import time
 import uuid
@@ -76,13 +78,20 @@ class FakeKubeServer:
         self._bookmarks_changed = threading.Condition()
         self._httpd: HttpServer | None = None
         self._thread: threading.Thread | None = None
+        self._held: socket.socket | None = None  # the port kept while stopped (bound, not listening)
         if auto_endpoint_slices:
             self.store.add_hook(self._sync_auto_slice)
 
     # ----- lifecycle -----------------------------------------------------------------------------
     def start(self) -> FakeKubeServer:
-        if self._httpd is not None:
+        """Serve; after :meth:`stop` with ``hold_port``, serve the same objects again on the same
+        port (an API server restarted in front of the same etcd)."""
+        if self._httpd is not None and not self._httpd.stopping.is_set():
             raise RuntimeError("already started")
+        if self._held is not None:
+            self._port = self._held.getsockname()[1]
+            self._held.close()  # both sockets allow address reuse: the listener binds at once
+            self._held = None
         self._httpd = HttpServer(
             self.api, self._record, lambda: self.bookmark_interval, self._bookmark_sent, port=self._port
         )
@@ -92,17 +101,28 @@ class FakeKubeServer:
         self._thread.start()
         return self
 
-    def stop(self, timeout: float = 5.0) -> None:
+    def stop(self, timeout: float = 5.0, *, hold_port: bool = False) -> None:
         """End open watch streams (cleanly, with the terminating chunk), close every connection, stop;
-        raise RuntimeError if the fake itself failed on a request meanwhile."""
+        raise RuntimeError if the fake itself failed on a request meanwhile.
+
+        ``hold_port``: keep the port bound but not listening, so that every connection to it is
+        refused (as to a stopped API server) and no other socket takes it until :meth:`start`
+        serves on it again; the objects and their history are kept. A later stop() releases it.
+        """
         httpd = self._httpd
         if httpd is None or httpd.stopping.is_set():
+            if not hold_port and self._held is not None:
+                self._held.close()
+                self._held = None
             return
         httpd.stopping.set()
         self.store.close_watchers()
         httpd.wait_streams_closed(timeout / 2)
         httpd.shutdown()
+        port = httpd.server_address[1]
         httpd.server_close()
+        if hold_port:
+            self._held = _hold(port)
         httpd.drop_connections(timeout / 2)
         if self._thread is not None:
             self._thread.join(timeout)
@@ -371,3 +391,16 @@ class FakeKubeServer:
         """
         rt = resolve_resource(resource) if resource else None
         self.faults.fail_next(n, code, rt, verb, message, retry_after)
+
+
+def _hold(port: int) -> socket.socket:
+    """A TCP socket bound to 127.0.0.1:``port`` that never listens: connections to it are refused."""
+    held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        held.bind(("127.0.0.1", port))
+    except BaseException:
+        with contextlib.suppress(OSError):
+            held.close()
+        raise
+    return held

@@ -627,6 +627,22 @@ def test_stop_ends_open_watch_streams(custom):
         api_client.close()
 
 
+def test_a_server_stopped_holding_its_port_refuses_then_serves_the_same_objects_again():
+    fake = FakeKubeServer().start()
+    try:
+        pod = fake.create_pod("worker-0")
+        port, version = fake.port, fake.resource_version
+        fake.stop(hold_port=True)
+        with pytest.raises(ConnectionRefusedError):
+            raw(fake, "GET", "/api/v1/namespaces/default/pods/worker-0")  # still this port: refused
+        fake.start()
+        assert fake.port == port and fake.resource_version == version
+        status, _, body = raw(fake, "GET", "/api/v1/namespaces/default/pods/worker-0")
+        assert status == 200 and body["metadata"]["uid"] == pod["metadata"]["uid"]
+    finally:
+        fake.stop()
+
+
 def test_end_watches_closes_streams_cleanly(server: FakeKubeServer, core, streams):
     stream = start_watch(server, streams, "pods", core.list_namespaced_pod, "default", timeout_seconds=60)
     server.end_watches("pods")
