@@ -212,3 +212,39 @@ def test_the_readme_failover_example_fails_over(tmp_path):
             if process is not None and process.poll() is None:
                 process.kill()
                 process.wait(timeout=10)
+
+
+def test_the_readme_connection_state_example_exits_when_its_records_are_lost(tmp_path):
+    """README's worker, run as a process on a file store with a logical id: a successor with the
+    same id takes its records over, the worker hears LOST, removes nothing and exits 1."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme.partition("\n## Connection state: a worker that knows when its registration is lost\n")[2]
+    program = tmp_path / "worker.py"
+    program.write_text(section.partition("```python\n")[2].partition("```")[0], encoding="utf-8")
+    store = tmp_path / "store"
+    env = {
+        **os.environ,
+        "DYN_DISCOVERY_BACKEND": "file",
+        "DYN_FILE_KV": str(store),
+        "DYN_DISCOVERY_LOGICAL_INSTANCE_ID": "0x2a",
+        "PYTHONPATH": str(REPO),
+    }
+    worker = subprocess.Popen([sys.executable, str(program), "127.0.0.1:9001"], env=env, stderr=subprocess.PIPE)
+    try:
+        with ds.connect(f"file://{store}", read_only=True) as observer:
+            watch = observer.list_and_watch(ds.Query.endpoints("ns"))
+            while not isinstance(event := next_event(watch, timeout=20), ds.Added):
+                pass  # the Resync of an empty store, before the worker registered
+            assert event.instance.transport.value == "127.0.0.1:9001"
+            with ds.connect(f"file://{store}", logical_instance_id=0x2A) as successor:
+                successor.register(ds.EndpointSpec("ns", "backend", "generate", ds.Transport.tcp("127.0.0.1:9002")))
+                _, stderr = worker.communicate(timeout=30)
+                assert worker.returncode == 1, stderr
+                assert b"discovery: lost (replaced by" in stderr, stderr
+                assert successor.get(event.instance.id()) == ds.Endpoint(
+                    "ns", "backend", "generate", 0x2A, ds.Transport.tcp("127.0.0.1:9002")
+                )  # the worker's shutdown removed nothing of its successor's
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait(timeout=10)
