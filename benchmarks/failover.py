@@ -52,10 +52,12 @@ class _Worker:
 
     def expect(self, event: str) -> dict[str, object]:
         assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        if not line:
-            raise RuntimeError(f"a cohort worker exited before {event!r}; see {self._log.name}")
-        got: dict[str, object] = orjson.loads(line)
+        got: dict[str, object] = {"event": "state"}
+        while got["event"] == "state":  # connection state changes are not timed here
+            line = self.process.stdout.readline()
+            if not line:
+                raise RuntimeError(f"a cohort worker exited before {event!r}; see {self._log.name}")
+            got = orjson.loads(line)
         if got["event"] != event:
             raise RuntimeError(f"a cohort worker said {got}, not {event!r}")
         return got

@@ -8,7 +8,9 @@ of its own, for comparisons), waits for the failover lock
 endpoint served on 127.0.0.1:PORT and a model card, and reports on stdout, one JSON line each:
 ``{"event": "waiting"}`` before it waits for the lock, ``{"event": "registered", "at": t}`` (t:
 ``time.time()`` once both records are stored), ``{"event": "replaced", "by": …}`` when a
-successor replaces it, ``{"event": "lost"}`` when its failover lock was broken. A line
+successor replaces it, ``{"event": "lost"}`` when its failover lock was broken, and
+``{"event": "state", "state": …, "previous": …, "reason": …}`` for every change of its client's
+connection state (``ds.StateChange``; readers that follow the other lines skip these). A line
 ``shutdown`` on stdin shuts the client down (``{"event": "shut down", "error": …}``) and exits.
 Logs go to stderr.
 """
@@ -39,6 +41,14 @@ def main() -> None:
     logical_id = None if sys.argv[2] == "-" else int(sys.argv[2], 0)
     stale_after = float(sys.argv[4]) if len(sys.argv) > 4 else 10.0
     client = ds.connect(url, logical_instance_id=logical_id)
+    closed = threading.Event()
+
+    def tell(change: ds.StateChange) -> None:
+        say("state", state=change.state.value, previous=change.previous.value, reason=change.reason)
+        if change.state is ds.ConnectionState.CLOSED:
+            closed.set()
+
+    client.add_state_listener(tell)
     if logical_id is not None:
         client.on_replaced(lambda replacement: say("replaced", by=str(replacement)))
     lock = client.failover_lock("engine", stale_after=stale_after)
@@ -55,6 +65,7 @@ def main() -> None:
     except ds.DiscoveryError as exc:
         error = str(exc)
     lock.release()
+    closed.wait(10)  # the change is told on the client's listener thread: before "shut down"
     say("shut down", error=error)
 
 

@@ -10,7 +10,10 @@ Threads of a client, all named and daemonic, all stopped by ``shutdown()``:
   client's records when another writer replaced them (:mod:`.rescan`; a read-only client
   deletes and writes nothing: it reports dead records Removed and leaves them, and follows
   buckets that appear);
-* the watchdog observer (started with the first watch): re-reads files as they change.
+* the watchdog observer (started with the first watch): re-reads files as they change;
+* ``discovery-sync-file-link``: tells when the heartbeat has stalled or stopped keeping the
+  records alive, from in-memory timestamps alone (:mod:`.link`); not started by a read-only
+  client, whose rescans tell its connection state.
 
 Every change a scan or a notification finds reaches the watches through one path: the view
 applies it and returns it, and the caller publishes it holding the view's ``publishing`` lock.
@@ -56,6 +59,7 @@ from .doctor import diagnose_store
 from .failover import FileFailoverLock
 from .garbage import GarbageCollector, Removals
 from .layout import StoreDirectories, StoreLayout
+from .link import Link, lose_after
 from .liveness import Fencing, Heartbeat, OwnedNames, Patience
 from .locks import StoreLocks
 from .missed import notice_grace
@@ -163,6 +167,7 @@ class FileDiscovery(Discovery):
         self._assemble(option)
         if not self.read_only:  # it owns nothing to keep alive
             self._heartbeat.start()
+        self._link.start()
         self._rescans.thread.start()
 
     def _configure(self, option: dict[str, Any]) -> None:
@@ -204,10 +209,15 @@ class FileDiscovery(Discovery):
             self.layout, self._buckets, t.heartbeat_interval, owned=self._owned_now, names=self._own.names,
             write_back=self._write_back, refused=lambda: self._rescans.full_now(), clock=clock,
             fenced=None if self._fence_check is None else Fencing(self._fence_check.still_claimed, self._own.written),
+            starting=lambda: self._link.beat_started(),
         )  # fmt: skip
         self._heartbeat = PeriodicThread(
-            "discovery-sync-file-heartbeat", t.heartbeat_interval, self._liveness.beat,
-            on_error=self._liveness.error, on_crash=self._thread_crashed, clock=clock,
+            "discovery-sync-file-heartbeat", t.heartbeat_interval, self._beat,
+            on_error=self._beat_failed, on_crash=self._thread_crashed, clock=clock,
+        )  # fmt: skip
+        self._link = Link(
+            self._connection, self.layout.root, heartbeat=None if self.read_only else self._liveness,
+            owned=self._owned_now, lose_after=lose_after(t.ttl), clock=clock,
         )  # fmt: skip
         self._watcher = StoreWatcher(
             self._notifier, self.layout.root, self._buckets, self._notified,
@@ -220,7 +230,8 @@ class FileDiscovery(Discovery):
             schedule=RescanSchedule(t, polling=self._notifier.kind == "polling", clock=clock),
             grace=notice_grace(self._notifier.kind, self._poll_interval), watcher=self._watcher, sight=sight,
             sweeper=sweeper, removals=removals, owned=self._owned_by_kind, touched=self._touched,
-            restore=self._restore_replaced, read_only=self.read_only, on_crash=self._thread_crashed, clock=clock,
+            restore=self._restore_replaced, read_only=self.read_only, on_crash=self._thread_crashed,
+            report=self._link.scanned, clock=clock,
         )  # fmt: skip
         self._collector = GarbageCollector(
             self._views, self._feeds, sweeper, removals, t, self._owned_names, self._stopping, clock
@@ -341,7 +352,7 @@ class FileDiscovery(Discovery):
             yield
 
     def _record_lock(self, instance_id: DiscoveryInstanceId) -> contextlib.AbstractContextManager[None]:
-        return self._store_lock(instance_id.kind, instance_id.kind.bucket + "/" + instance_id.to_path())
+        return self._store_lock(instance_id.kind, _key(instance_id))
 
     def _open_feed(self, feed: WatchFeed) -> None:
         self._watcher.ensure()
@@ -391,6 +402,7 @@ class FileDiscovery(Discovery):
     def _close(self) -> None:
         self._stopping.set()
         self._heartbeat.stop()
+        self._link.stop()
         self._rescans.thread.stop()
         self._notifier.stop()
         self._locks.close()
@@ -407,6 +419,17 @@ class FileDiscovery(Discovery):
         """A heartbeat or rescan thread ended (only a BaseException such as SystemExit ends one):
         no watch of this client can be trusted any longer."""
         self._feeds.fail(exc, None)
+
+    def _beat(self) -> None:
+        """The heartbeat thread's job: one beat, then the connection state judged (:mod:`.link`)."""
+        self._liveness.beat()
+        self._link.judge()
+
+    def _beat_failed(self, exc: BaseException) -> bool:
+        """The heartbeat thread's ``on_error``: the failed beat logged, the connection state judged."""
+        again = self._liveness.error(exc)
+        self._link.judge()
+        return again
 
     def _owned_now(self) -> dict[DiscoveryInstanceId, DiscoveryInstance]:
         # dict() copies atomically under the GIL, without waiting for a long API call's lock
@@ -431,7 +454,10 @@ class FileDiscovery(Discovery):
         with self._api_lock:
             if self._owned.get(instance.id()) is not instance or self._closed:
                 return False
-            return bool(self._while_current(instance.id(), lambda: self._own.write(instance, create_only=True)))
+            written = bool(self._while_current(instance.id(), lambda: self._own.write(instance, create_only=True)))
+        if written:
+            self._link.written_back(_key(instance.id()))
+        return written
 
     def _restore_replaced(self, view: BucketView, owned: Owned) -> None:
         """Write back this client's records (``owned``: id -> name) whose file a stranger replaced
@@ -439,8 +465,10 @@ class FileDiscovery(Discovery):
         for instance_id in self._own.replaced(view, owned):
             with self._api_lock:
                 instance = self._owned.get(instance_id)
-                if instance is not None and not self._closed:
-                    self._while_current(instance_id, partial(self._own.restore, instance))
+                if instance is None or self._closed:
+                    continue
+                if self._while_current(instance_id, partial(self._own.restore, instance)):
+                    self._link.written_back(_key(instance_id))
 
     def _while_current(self, instance_id: DiscoveryInstanceId, action: Callable[[], T]) -> T | None:
         """``action()``; for a cohort member, under the store lock and only while no successor took
@@ -479,3 +507,8 @@ class FileDiscovery(Discovery):
             store_root=self.root,
             clock=self._clock,
         )
+
+
+def _key(instance_id: DiscoveryInstanceId) -> str:
+    """A record's store key (docs/design.md §3)."""
+    return instance_id.kind.bucket + "/" + instance_id.to_path()

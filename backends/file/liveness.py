@@ -111,6 +111,8 @@ class Heartbeat:
     :param fenced: for a failover-cohort member (docs/design.md §4.1): a beat first asks whether
         the member still is its cohort's current writer (and touches nothing when it is not), and
         touches only the files it wrote (:func:`.wire.touch_written`).
+    :param starting: called as each beat begins (:attr:`beating_since` set), before it touches
+        anything: the client's link thread times it (:mod:`.link`).
     """
 
     def __init__(
@@ -124,6 +126,7 @@ class Heartbeat:
         write_back: Callable[[DiscoveryInstance], bool],
         refused: Callable[[], None],
         fenced: Fencing | None = None,
+        starting: Callable[[], None] | None = None,
         clock: Clock = SYSTEM,
     ) -> None:
         self.layout = layout
@@ -135,6 +138,9 @@ class Heartbeat:
         self._write_back = write_back
         self._refused = refused
         self._fencing = fenced
+        self._starting = starting
+        #: a beat under way longer than this was stalled by the store
+        self.stall_after = max(BEAT_STALL_AFTER, interval)
         # monotonic time when the last beat that touched every file it could began (None: none yet)
         self.beaten_at: float | None = None
         self._beating_since: float | None = None  # the beat under way
@@ -147,14 +153,21 @@ class Heartbeat:
         if self._failure is not None:
             return f"this client's heartbeat fails ({self._failure})"
         since = self._beating_since
-        if since is not None and now - since > max(BEAT_STALL_AFTER, self.interval):
+        if since is not None and now - since > self.stall_after:
             return f"this client's heartbeat has been stalled by the store for {now - since:.1f} s"
         return None
+
+    @property
+    def beating_since(self) -> float | None:
+        """When the beat under way began (None: none is)."""
+        return self._beating_since
 
     def beat(self) -> None:
         """Touch every file of this client; write back the ones that are gone."""
         began = self._beating_since = self._clock.monotonic()
         try:
+            if self._starting is not None:
+                self._starting()
             self._beat(began)
         finally:
             self._beating_since = None

@@ -97,22 +97,23 @@ class OwnFiles:
         written = self.written
         return [i for i, name in owned.items() if (inode := written.get(i)) is not None and inodes.get(name) != inode]
 
-    def restore(self, instance: DiscoveryInstance) -> None:
-        """Write back this client's record that a stranger replaced (see :meth:`replaced`)."""
+    def restore(self, instance: DiscoveryInstance) -> bool:
+        """Write back this client's record that a stranger replaced (see :meth:`replaced`); True
+        when it was written back."""
         instance_id = instance.id()
         name = self.names(instance_id)
         directory = self.buckets[instance_id.kind]
         with directory.use() as dir_fd:
             st = stat_entry(dir_fd, name)
             if st is None or st.st_ino == self.written.get(instance_id):
-                return  # gone (the heartbeat writes it again) or ours after all
+                return False  # gone (the heartbeat writes it again) or ours after all
             try:
                 same = read_file(dir_fd, name, self.max_record_bytes) == instance_to_json(instance)
             except (OSError, RecordTooLarge):
                 same = False
             if same:  # the same bytes under a new inode (a copy put back): ours all the same
                 self.written[instance_id] = st.st_ino
-                return
+                return False
         what = f"{describe_entry(name, st) or 'a file'} of uid {st.st_uid}"
         try:
             self.write(instance, create_only=False)
@@ -126,7 +127,8 @@ class OwnFiles:
                     what,
                     exc.__cause__ or exc,
                 )
-            return
+            return False
         log.warning(
             "record %s of this client was replaced by another writer (%s); wrote it back", directory.path / name, what
         )
+        return True

@@ -84,6 +84,8 @@ class Rescans:
     one bucket as its heartbeat keeps them (:class:`.view.Touched`); ``restore(view, owned)``:
     write back those another writer replaced. A client that deletes nothing (``read_only``, or
     during a dry run of ``collect_garbage()``: ``removals``) only reports dead records Removed.
+    ``report(trouble)`` is told after every rescan why it could not read the store (None: it
+    could; :meth:`.link.Link.scanned`).
     """
 
     def __init__(
@@ -104,6 +106,7 @@ class Rescans:
         restore: Callable[[BucketView, Owned], None],
         read_only: bool,
         on_crash: Callable[[BaseException], None],
+        report: Callable[[str | None], None] | None = None,
         clock: Clock = SYSTEM,
     ) -> None:
         self.root = root
@@ -115,6 +118,9 @@ class Rescans:
         self._suspects = {kind: Suspects(grace) for kind in views}
         self._errors = dict.fromkeys(views, 0)  # failed scans in a row, by bucket
         self._last_error: dict[RecordKind | None, str | None] = {}
+        self._report = report
+        # a read-only client saw a bucket directory (a store that vanishes after that is gone)
+        self._seen_store = any(view.directory.is_open for view in views.values())
         self.thread = PeriodicThread(
             "discovery-sync-file-rescan",
             timing.rescan_interval,
@@ -161,6 +167,22 @@ class Rescans:
                 continue
             self._errors[kind] = 0
             self._last_error[kind] = None
+        self._last_error.pop(None, None)  # the whole rescan ran
+        if self._report is not None:
+            self._report(self._trouble())
+
+    def _trouble(self) -> str | None:
+        """Why the last rescan could not read the store (a bucket whose watches failed; for a
+        read-only client, a store removed after it saw it), or None."""
+        for kind, problem in list(self._last_error.items()):  # client.rescan() may run meanwhile
+            if kind is not None and problem is not None:
+                return f"rescans of {kind.bucket} fail: {problem}"
+        if self._read_only:
+            if any(view.directory.is_open for view in self._views.values()):
+                self._seen_store = True
+            elif self._seen_store:
+                return "the store was removed (no bucket directory is left): no record is seen until a writer makes it"
+        return None
 
     def _publish_new_buckets(self) -> None:
         """The buckets watched changed: what changed while no notifier ran, as ordinary events."""
@@ -214,6 +236,8 @@ class Rescans:
         if not isinstance(exc, OSError | DiscoveryError):
             log.error("thread %s: rescan failed unexpectedly", threading.current_thread().name, exc_info=exc)
         self.failed(exc, None)
+        if self._report is not None:
+            self._report(f"rescans fail: {self._last_error.get(None) or exc}")
         return isinstance(exc, Exception)
 
     def failed(self, exc: BaseException, kind: RecordKind | None) -> None:

@@ -40,12 +40,22 @@ class Worker:
             stderr=self._log,
         )
         self.events: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.states: queue.Queue[dict[str, Any]] = queue.Queue()  # its client's connection state changes
         threading.Thread(target=self._read, name=f"worker-{port}-stdout", daemon=True).start()
 
     def _read(self) -> None:
         assert self.process.stdout is not None
         for line in self.process.stdout:
-            self.events.put(orjson.loads(line))
+            event = orjson.loads(line)
+            (self.states if event["event"] == "state" else self.events).put(event)
+
+    def state_changes(self) -> list[tuple[str, str]]:
+        """The (state, reason) changes reported so far."""
+        changes = []
+        while not self.states.empty():
+            change = self.states.get()
+            changes.append((change["state"], change["reason"]))
+        return changes
 
     def expect(self, event: str, timeout: float = 20.0) -> dict[str, Any]:
         got = self.events.get(timeout=timeout)
@@ -151,6 +161,12 @@ def test_a_frozen_primary_resumed_writes_nothing_over_its_successor(tmp_path, wo
 
         primary.expect_all({"replaced", "lost"}, timeout=10)
         assert primary.shut_down()["error"] is None
+        # replaced: LOST for good (its heartbeat still runs: nothing leads out of it), then CLOSED;
+        # a freeze that caught a beat under way may show SUSPENDED first
+        changes = primary.state_changes()
+        assert [state for state, _ in changes if state != "suspended"] == ["lost", "closed"], changes
+        assert "replaced" in changes[-2][1]
+        assert standby.state_changes() == []
         assert_quiet(endpoints, 1.0)
         assert_quiet(models, 0.1)
         assert observer.list(ds.Query.endpoints("ns")) == [endpoint_of(9002)]
