@@ -72,7 +72,7 @@ from .sight import Sight
 from .softlock import DEFAULT_STALE_AFTER
 from .sweep import Sweeper
 from .timing import timing
-from .view import DEEP, BucketView, Touched
+from .view import DEEP, BucketView, Touched, restart_clocks_of
 from .watcher import DirectoryNotifier, StoreWatcher
 from .wire import DEFAULT_MAX_RECORD_BYTES, refresh_listing
 
@@ -114,13 +114,10 @@ class FileDiscovery(Discovery):
         rig, a deployment with one TTL): judge every record by this TTL alone. By default a client
         whose TTL is under 10 s waits for a record as long as its writer's heartbeat asks (up to
         10 s, and 10 s until it has seen the record's mtime move once): see docs/design.md §6.
-    :param read_only: never change the store (see the module docstring): every write raises
-        ValidationError; no directory is created (a missing store or bucket lists as empty, and
-        watches pick it up once a writer creates it), no lock taken, no file written, touched or
-        deleted. Dead records are left out of lists and reported Removed to watches but stay on
-        disk; ``collect_garbage(dry_run=True)`` reports them. On a network mount with caches,
-        ``list()`` of a read-only client sees other hosts' writes up to ``cache_window`` late
-        (a writer refreshes the mount's listing by writing a temp file first).
+    :param read_only: never change the store: every write raises ValidationError; nothing is
+        created, locked, written, touched or deleted (a missing store lists as empty); dead records
+        are reported Removed but stay on disk; a cached mount shows other hosts' writes up to
+        ``cache_window`` late (see the module docstring).
     :param clock: where TTLs, schedules, graces and lock timeouts take their time from (default:
         the real clock; tests pass a :class:`discovery_sync.testing.ManualClock`).
     """
@@ -184,10 +181,7 @@ class FileDiscovery(Discovery):
         self.ttl, self.cache_window, self.dead_after = t.ttl, t.cache_window, t.dead_after
         self.heartbeat_interval, self.rescan_interval = t.heartbeat_interval, t.rescan_interval
         self.full_scan_interval, self.longest_dead_after = t.full_scan_interval, t.longest_dead_after
-        lock_timeout, lock_stale = option["lock_timeout"], option["lock_stale"]
-        if lock_timeout is None:
-            lock_timeout = 3 * lock_stale if lock == "soft" else 10.0
-        self._locks = StoreLocks(lock, lock_timeout, lock_stale, clock=self._clock)
+        self._locks = StoreLocks.of_store(lock, option["lock_timeout"], option["lock_stale"], clock=self._clock)
         self._poll_interval = option["poll_interval"]
         self._notifier = DirectoryNotifier(observer, self._poll_interval)
         self._dirs = StoreDirectories(self.layout, read_only=self.read_only)
@@ -209,11 +203,11 @@ class FileDiscovery(Discovery):
             self.layout, self._buckets, t.heartbeat_interval, owned=self._owned_now, names=self._own.names,
             write_back=self._write_back, refused=lambda: self._rescans.full_now(), clock=clock,
             fenced=None if self._fence_check is None else Fencing(self._fence_check.still_claimed, self._own.written),
-            starting=lambda: self._link.beat_started(),
+            starting=lambda: self._link.beat_started(), ended=lambda: self._link.judge(),
         )  # fmt: skip
         self._heartbeat = PeriodicThread(
-            "discovery-sync-file-heartbeat", t.heartbeat_interval, self._beat,
-            on_error=self._beat_failed, on_crash=self._thread_crashed, clock=clock,
+            "discovery-sync-file-heartbeat", t.heartbeat_interval, self._liveness.beat,
+            on_error=self._liveness.error, on_crash=self._thread_crashed, clock=clock,
         )  # fmt: skip
         self._link = Link(
             self._connection, self.layout.root, heartbeat=None if self.read_only else self._liveness,
@@ -248,14 +242,8 @@ class FileDiscovery(Discovery):
             missing_is_empty=self.read_only,
             subscribed=lambda kind: bool(self._feeds.current(kind)),
             patience=self._patience,
-            on_stall=self._store_stalled,
+            on_stall=lambda: restart_clocks_of(self._views.values()),  # the buckets share one mount
         )
-
-    def _store_stalled(self) -> None:
-        """A read of one bucket stalled: the buckets share one mount, so every view's clocks
-        start again (another bucket's next scan may be quick and still older than the stall)."""
-        for view in self._views.values():
-            view.restart_clocks()
 
     @property
     def instance_id(self) -> int:
@@ -420,17 +408,6 @@ class FileDiscovery(Discovery):
         no watch of this client can be trusted any longer."""
         self._feeds.fail(exc, None)
 
-    def _beat(self) -> None:
-        """The heartbeat thread's job: one beat, then the connection state judged (:mod:`.link`)."""
-        self._liveness.beat()
-        self._link.judge()
-
-    def _beat_failed(self, exc: BaseException) -> bool:
-        """The heartbeat thread's ``on_error``: the failed beat logged, the connection state judged."""
-        again = self._liveness.error(exc)
-        self._link.judge()
-        return again
-
     def _owned_now(self) -> dict[DiscoveryInstanceId, DiscoveryInstance]:
         # dict() copies atomically under the GIL, without waiting for a long API call's lock
         return dict(self._owned)
@@ -500,13 +477,9 @@ class FileDiscovery(Discovery):
     def _failover_lock(self, name: str, stale_after: float | None) -> FailoverLock:
         stale_after = self._locks.stale_after if stale_after is None else OPTIONS.check("lock_stale", stale_after)
         return FileFailoverLock(
-            name,
-            self._lock_dir,
-            mode=self._locks.mode,
-            stale_after=stale_after,
-            store_root=self.root,
+            name, self._lock_dir, mode=self._locks.mode, stale_after=stale_after, store_root=self.root,
             clock=self._clock,
-        )
+        )  # fmt: skip
 
 
 def _key(instance_id: DiscoveryInstanceId) -> str:

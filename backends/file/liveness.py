@@ -113,6 +113,7 @@ class Heartbeat:
         touches only the files it wrote (:func:`.wire.touch_written`).
     :param starting: called as each beat begins (:attr:`beating_since` set), before it touches
         anything: the client's link thread times it (:mod:`.link`).
+    :param ended: called after each beat, the failed ones too (once :meth:`error` noted why).
     """
 
     def __init__(
@@ -127,6 +128,7 @@ class Heartbeat:
         refused: Callable[[], None],
         fenced: Fencing | None = None,
         starting: Callable[[], None] | None = None,
+        ended: Callable[[], None] | None = None,
         clock: Clock = SYSTEM,
     ) -> None:
         self.layout = layout
@@ -138,7 +140,7 @@ class Heartbeat:
         self._write_back = write_back
         self._refused = refused
         self._fencing = fenced
-        self._starting = starting
+        self._starting, self._ended = starting, ended
         #: a beat under way longer than this was stalled by the store
         self.stall_after = max(BEAT_STALL_AFTER, interval)
         # monotonic time when the last beat that touched every file it could began (None: none yet)
@@ -171,6 +173,8 @@ class Heartbeat:
             self._beat(began)
         finally:
             self._beating_since = None
+        if self._ended is not None:
+            self._ended()
 
     def _beat(self, began: float) -> None:
         fencing = self._fencing
@@ -200,6 +204,8 @@ class Heartbeat:
         """Log a failed beat; retried every interval (a record outlives a few: ttl = 3 intervals at least)."""
         self._failure = f"{exc.strerror or exc}" if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"
         log_retry(f"the heartbeat of the file store at {self.layout.root}", exc, self.interval)
+        if self._ended is not None:
+            self._ended()
         return isinstance(exc, Exception)
 
 

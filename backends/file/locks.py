@@ -64,6 +64,14 @@ class StoreLocks:
         self.clock = clock
         self._soft_locks = SoftLocks(timeout, stale_after, clock=clock) if mode == "soft" else None
 
+    @classmethod
+    def of_store(cls, mode: str, timeout: float | None, stale_after: float, *, clock: Clock = SYSTEM) -> StoreLocks:
+        """A client's store locks; ``timeout`` None: 10 s for hard locks, ``3 * stale_after`` for
+        soft ones (a waiter outlives a dead holder's marker)."""
+        if timeout is None:
+            timeout = 3 * stale_after if mode == "soft" else 10.0
+        return cls(mode, timeout, stale_after, clock=clock)
+
     def close(self) -> None:
         if self._soft_locks is not None:
             self._soft_locks.close()

@@ -46,7 +46,7 @@ import hashlib
 import logging
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -739,3 +739,10 @@ def _noting_held(gate: Gate, held: list[str]) -> Gate:
 
 def _identity_path(instance: DiscoveryInstance) -> str:
     return instance.id().to_path()
+
+
+def restart_clocks_of(views: Iterable[BucketView]) -> None:
+    """A read of one bucket stalled: the buckets of a client share one mount, so every view's
+    clocks start again (another bucket's next scan may be quick and still older than the stall)."""
+    for view in views:
+        view.restart_clocks()
