@@ -66,6 +66,11 @@ class WatchFeed(Generic[R]):
         self._failure: BaseException | None = None
         self._closed = False
         self._on_close: list[Callable[[], None]] = []
+        # metrics (discovery_sync.metrics), changed under self._lock only: events taken by the
+        # consumer by kind (EVENT_KINDS' order), times the watch lagged, most events ever queued
+        self.delivered = [0, 0, 0, 0]
+        self.lags = 0
+        self.high_water = 0
 
     # -- producer API ---------------------------------------------------------------------------
     def start(self, snapshot: Iterable[DiscoveryInstance]) -> None:
@@ -172,6 +177,7 @@ class WatchFeed(Generic[R]):
             return
         if self._queued >= self._maxsize:
             self._lagged = True
+            self.lags += 1
             log.warning("watch %s lagged more than %d events behind; it will resync", self.query, self._maxsize)
             return
         if isinstance(event, Resync):
@@ -182,6 +188,8 @@ class WatchFeed(Generic[R]):
             else:
                 self._delivered[key] = value
         self._queued += 1
+        if self._queued > self.high_water:
+            self.high_water = self._queued
         self._queue.put(event)
 
     # -- consumer side (used by Watch) ------------------------------------------------------------
@@ -192,7 +200,9 @@ class WatchFeed(Generic[R]):
                 if self._closed:
                     raise WatchClosed(f"watch on {self.query} is closed")
                 if self._pending:
-                    return cast("WatchEvent[R]", self._pending.popleft())
+                    event = self._pending.popleft()
+                    self.delivered[_KIND_INDEX[type(event)]] += 1
+                    return cast("WatchEvent[R]", event)
                 self._raise_if_failed()
             try:
                 item = self._queue.get(timeout=_remaining(deadline)) if deadline is not None else self._queue.get()
@@ -201,6 +211,9 @@ class WatchFeed(Generic[R]):
             if item is not _WAKE:
                 with self._lock:
                     self._queued -= 1
+                    if self._closed:  # closed while this get() waited: its counts are final (metrics)
+                        raise WatchClosed(f"watch on {self.query} is closed")
+                    self.delivered[_KIND_INDEX[type(item)]] += 1
                 return item  # type: ignore[return-value]
             with self._lock:
                 if self._closed:
@@ -209,6 +222,16 @@ class WatchFeed(Generic[R]):
                     continue
                 self._raise_if_failed()
             # a wake-up with nothing to do: loop and block again
+
+    @property
+    def lagging(self) -> bool:
+        """Whether the consumer fell a full queue behind and has not caught up yet (metrics)."""
+        return self._lagged
+
+    @property
+    def depth(self) -> int:
+        """Events queued for the consumer now (metrics)."""
+        return self._queued
 
     def _raise_if_failed(self) -> None:
         if self._failure is not None and not self._queued:
@@ -249,6 +272,10 @@ class WatchFeed(Generic[R]):
                 self._on_close.append(callback)
                 return
         callback()
+
+
+# an event's index in WatchFeed.delivered (discovery_sync.metrics.EVENT_KINDS' order)
+_KIND_INDEX: dict[type, int] = {Added: 0, Removed: 1, ModelTaintsUpdated: 2, Resync: 3}
 
 
 def _remaining(deadline: float) -> float:

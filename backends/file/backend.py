@@ -46,6 +46,7 @@ from discovery_sync.errors import BackendUnavailable, DiscoveryError
 from discovery_sync.failover import FailoverLock
 from discovery_sync.identity import DiscoveryInstanceId, RecordKind
 from discovery_sync.logical_id import member_instance_id
+from discovery_sync.metrics import BackendFigures
 from discovery_sync.model import DiscoveryInstance
 from discovery_sync.periodic import PeriodicThread
 from discovery_sync.queries import Query
@@ -366,6 +367,17 @@ class FileDiscovery(Discovery):
             "liveness_paused": self._views[RecordKind.ENDPOINT].blind,
             "connected": not (heartbeat and heartbeat["failures"]) and not rescan["failures"],
         }
+
+    def _backend_metrics(self) -> BackendFigures:
+        """Heartbeats (none for a read-only client), rescans, records swept, the observer's restarts."""
+        threads = [self._rescans.thread] if self.read_only else [self._heartbeat, self._rescans.thread]
+        return BackendFigures(
+            heartbeat=None if self.read_only else self._heartbeat.durations,
+            rescans=self._rescans.durations,
+            swept=self._rescans.swept,
+            threads=threads,
+            restarts=self._watcher.restarts,
+        )
 
     def _probe(self) -> None:
         self._dirs.probe()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from discovery_sync.clock import SYSTEM, Clock
 from discovery_sync.errors import BackendUnavailable, DiscoveryError
 from discovery_sync.events import DiscoveryEvent
 from discovery_sync.identity import DiscoveryInstanceId, RecordKind
+from discovery_sync.metrics import Durations
 from discovery_sync.model import DiscoveryInstance
 from discovery_sync.periodic import PeriodicThread
 
@@ -115,6 +117,8 @@ class Rescans:
         self._suspects = {kind: Suspects(grace) for kind in views}
         self._errors = dict.fromkeys(views, 0)  # failed scans in a row, by bucket
         self._last_error: dict[RecordKind | None, str | None] = {}
+        self.durations = {scan: Durations() for scan in (DEEP, FULL, LISTING)}  # of each rescan (metrics)
+        self.swept = sweeper.swept
         self.thread = PeriodicThread(
             "discovery-sync-file-rescan",
             timing.rescan_interval,
@@ -142,7 +146,16 @@ class Rescans:
 
     def rescan(self, scan: str = DEEP) -> None:
         """Rescan every bucket now (see :meth:`.backend.FileDiscovery.rescan`). A bucket that
-        cannot be read fails the watches of its kind only; the other buckets are scanned."""
+        cannot be read fails the watches of its kind only; the other buckets are scanned.
+        Its duration is measured, under the scan it became (``durations``)."""
+        started = time.perf_counter()
+        try:
+            scan = self._rescan(scan)
+        finally:
+            self.durations[scan].observe(time.perf_counter() - started)
+
+    def _rescan(self, scan: str) -> str:
+        """:meth:`rescan`; the scan it ran (deep after the observer was restarted)."""
         if self._read_only and self._watcher.follow():  # first: the emitter of a bucket that went away has stopped
             self._publish_new_buckets()
         if self._watcher.restart_if_dead():
@@ -157,6 +170,7 @@ class Rescans:
                 continue
             self._errors[kind] = 0
             self._last_error[kind] = None
+        return scan
 
     def _publish_new_buckets(self) -> None:
         """The buckets watched changed: what changed while no notifier ran, as ordinary events."""
