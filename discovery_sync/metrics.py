@@ -312,7 +312,7 @@ def _flattened(value: Any, depth: int, labels: tuple[str, ...]) -> Iterator[tupl
         if value is not None:
             yield labels, value
         return
-    for label, inner in sorted(value.items()):
+    for label, inner in value.items():
         yield from _flattened(inner, depth - 1, (*labels, str(label)))
 
 
