@@ -198,7 +198,7 @@ class Recorder:
     those closed), failed writes (counted under the client's API lock) and crashed threads."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()  # open feeds and the closed ones' sums; never held with another
+        self._lock = threading.Lock()  # open feeds and the closed ones' sums (then a feed's lock may be taken)
         self._feeds: set[WatchFeed[Any]] = set()
         self._delivered = [0] * len(EVENT_KINDS)  # by closed watches
         self._resyncs = self._lags = self._high_water = 0  # by closed watches
@@ -214,13 +214,14 @@ class Recorder:
 
     def _watch_closed(self, feed: WatchFeed[Any]) -> None:
         # after close() no event is taken from the feed any more (WatchFeed._take): its counts are final
+        delivered = feed.delivered()
         with self._lock:
             if feed not in self._feeds:
                 return
             self._feeds.discard(feed)
-            for index, count in enumerate(feed.delivered):
+            for index, count in enumerate(delivered):
                 self._delivered[index] += count
-            self._resyncs += max(0, feed.delivered[-1] - 1)
+            self._resyncs += max(0, delivered[-1] - 1)
             self._lags += feed.lags
             self._high_water = max(self._high_water, feed.high_water)
 
@@ -242,9 +243,10 @@ class Recorder:
             high_water, crashes = self._high_water, self._crashes
             # read under this lock: a feed closing now is added to the sums once, after this
             for feed in feeds:
-                for index, count in enumerate(feed.delivered):
+                taken = feed.delivered()
+                for index, count in enumerate(taken):
                     delivered[index] += count
-                resyncs += max(0, feed.delivered[-1] - 1)
+                resyncs += max(0, taken[-1] - 1)
                 lags += feed.lags
                 high_water = max(high_water, feed.high_water)
             lagging, depth = sum(feed.lagging for feed in feeds), sum(feed.depth for feed in feeds)

@@ -101,6 +101,23 @@ def test_a_lagging_watch_its_queue_high_water_mark_and_its_resync():
         assert watcher.metrics()["watch_queue_depth_max"] == 3  # kept once the watch is closed
 
 
+def test_events_queued_but_not_taken_are_not_delivered_and_closing_drops_them():
+    url = _store()
+    with ds.connect(url) as writer, ds.connect(url) as watcher:
+        watch = watcher.list_and_watch(ds.Query.endpoints())
+        for port in range(3):
+            writer.register(endpoint_spec(endpoint=f"e{port}", port=port + 1))
+        assert watcher.metrics()["events_delivered"]["resync"] == 0  # the initial Resync is pending, not taken
+        assert isinstance(watch.get(timeout=5), ds.Resync)
+        assert isinstance(watch.get(timeout=5), ds.Added)
+        figures = watcher.metrics()
+        assert (figures["events_delivered"]["added"], figures["watch_queue_depth"]) == (1, 2)
+        watch.close()
+        figures = watcher.metrics()
+        assert (figures["events_delivered"]["added"], figures["watches_open"]) == (1, 0)
+        assert figures["watch_queue_depth_max"] == 3
+
+
 def test_failed_writes_are_counted_by_operation_and_error_and_refused_arguments_are_not():
     url = _store()
     with ds.connect(url) as first, ds.connect(url) as second:
