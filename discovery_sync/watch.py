@@ -275,7 +275,10 @@ class WatchFeed(Generic[R]):
                 return
             self._closed = True
             callbacks, self._on_close = self._on_close, []
-            with self._queue.mutex:  # never delivered now: dropped, so that delivered() is final
+            with self._queue.mutex:  # never delivered now: dropped (and not counted), so that delivered() is final
+                for event in self._queue.queue:
+                    if event is not _WAKE:
+                        self._handed[_KIND_INDEX[type(event)]] -= 1
                 self._queue.queue.clear()
         self._queue.put(_WAKE)
         for callback in callbacks:
