@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+from discovery_sync.backends.file import liveness as file_liveness
+
 import discovery_sync as ds
 from discovery_sync.testing import ManualClock
-from testrigs.helpers import endpoint_spec
+from testrigs.helpers import LogCatcher, endpoint_spec, initial_state
+from testrigs.waiting import wait_until
 from tests.file.clocked import Steps
 from tests.file.junk import hand_written
 
@@ -50,3 +54,39 @@ def test_records_swept_by_collect_garbage_are_counted_by_kind(store: Path, steps
         assert len(found) == 2
         assert client.metrics()["records_swept"]["endpoint"] == 2
         assert client.metrics()["records_owned"] == 1
+
+
+def test_a_heartbeat_thread_ended_by_an_error_is_a_crash(
+    store: Path, steps: Steps, monkeypatch: pytest.MonkeyPatch, escaped: list[object]
+) -> None:
+    def stop(*args: object) -> None:
+        raise SystemExit("injected: ends the heartbeat thread")  # a BaseException: not retried
+
+    with ds.connect(f"file://{store}?ttl=3&uniform_ttl=true", clock=steps.clock) as client:
+        watch = client.list_and_watch(ds.Query.endpoints())
+        initial_state(watch)
+        client.register(endpoint_spec())
+        monkeypatch.setattr(file_liveness, "touch_record", stop)
+        steps.run(1.0, step=0.5)  # one heartbeat interval
+        with pytest.raises(ds.WatchFailed):  # what a crashed heartbeat does to the watches
+            while True:
+                watch.get(timeout=10)
+        assert client.metrics()["thread_crashes"] == 1
+    assert escaped == []
+
+
+def test_a_restarted_observer_is_counted(store: Path, escaped: list[object], thread_log: LogCatcher) -> None:
+    url = f"file://{store}?ttl=2&rescan_interval=0.2&observer=polling&poll_interval=0.1"
+    with ds.connect(url) as watcher, watcher.list_and_watch(ds.Query.endpoints()) as watch:
+        initial_state(watch)
+        assert watcher.metrics()["thread_restarts"] == 0
+        emitters = watcher._notifier._observer.emitters  # type: ignore[attr-defined]
+        emitter = next(e for e in emitters if e.watch.path.endswith("instances"))
+
+        def fault(*args: object, **kwargs: object) -> None:
+            raise RuntimeError("injected observer fault")
+
+        emitter.queue_events = fault  # this one emitter object only, not watchdog's class
+        assert thread_log.wait_for("restarting it")
+        wait_until(lambda: watcher.metrics()["thread_restarts"] == 1, "the restart counted")
+    assert escaped == []
