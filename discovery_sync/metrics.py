@@ -9,10 +9,11 @@ the labels ``backend`` and ``worker_id`` (the client's instance id in hex, as th
 ``worker_id``; empty for an etcd client that has no lease yet).
 
 Cost: nothing is computed for a metric until it is read. The counters of a watch are plain
-integers of its feed, incremented under the feed's own lock, which the path holds already
-(:class:`~discovery_sync.watch.WatchFeed`); the client adds them up when asked. Failed writes are
-counted under the client's API lock, held already. Only rare events (a thread that crashed) and
-durations measured off the hot paths (a heartbeat, a rescan) take a lock of their own.
+integers of its feed, incremented by the producer under the feed's lock, which it holds already
+(:class:`~discovery_sync.watch.WatchFeed`); the events a consumer has taken are those handed to it
+less those still queued, counted when read, so ``get()`` does no more than before. Failed writes
+are counted under the client's API lock, held already. Only rare events (a thread that crashed)
+and durations measured off the hot paths (a heartbeat, a rescan) take a lock of their own.
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ class Metric:
 
 METRICS: tuple[Metric, ...] = (
     Metric("events_delivered", PREFIX + "watch_events_total", Kind.COUNTER,
-           "Events this client's watches handed to their consumers, by kind", ("kind",)),
+           "Events the consumers of this client's watches have taken, by kind", ("kind",)),
     Metric("resyncs", PREFIX + "watch_resyncs_total", Kind.COUNTER,
            "Resyncs delivered after a watch's initial one (after a lag, a rescan that found missed changes, "
            "a reconnection)"),
