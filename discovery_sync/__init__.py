@@ -40,6 +40,7 @@ from .identity import (
 )
 from .live_view import LiveView
 from .lora import lora_suffix
+from .metrics import Metrics
 from .model import (
     DiscoveryInstance,
     Endpoint,
@@ -99,6 +100,7 @@ __all__ = [
     "EventTransport",
     "EventTransportKind",
     "LockTimeout",
+    "Metrics",
     "Model",
     "ModelCardInstanceId",
     "ModelSpec",

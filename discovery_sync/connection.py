@@ -83,6 +83,8 @@ class ConnectionStates:
         self._thread: threading.Thread | None = None
         #: the last 100 changes, oldest first (for status() and tests)
         self.history: list[StateChange] = []
+        #: how many changes showed each state, since the start (for metrics())
+        self.counts: dict[ConnectionState, int] = {}
 
     @property
     def state(self) -> ConnectionState:
@@ -167,6 +169,7 @@ class ConnectionStates:
             change = StateChange(shown, previous, reason, rewritten)
             self.history.append(change)
             del self.history[:-100]
+            self.counts[shown] = self.counts.get(shown, 0) + 1
             if self._thread is not None:  # no listener yet: nobody to queue for
                 self._changes.put(change)
                 if closing:

@@ -24,6 +24,7 @@ from .errors import ClientClosed, ConflictError, DiscoveryError, InstanceReplace
 from .events import WatchEvent
 from .failover import FailoverLock, check_lock_name
 from .identity import DiscoveryInstanceId, ModelCardInstanceId, RecordKind
+from .metrics import BackendFigures, Metrics, Recorder, collect
 from .model import DiscoveryInstance, Endpoint, EventChannel, EventSource, Model, R, stored_form
 from .model_cards import check_replay, conflict_error, find_conflict, find_conflicts
 from .queries import Query
@@ -88,6 +89,8 @@ class Discovery(abc.ABC):
                 logical_instance_id, on_mark=lambda replacement: self._connection.lose(str(replacement), final=True)
             )
         self._failover_locks: list[FailoverLock] = []  # closed by shutdown()
+        #: the counters of metrics() that no backend keeps (watches, failed writes, crashes)
+        self._metrics = Recorder()
 
     # -- identity ---------------------------------------------------------------------------------
     @property
@@ -138,17 +141,23 @@ class Discovery(abc.ABC):
             instance = dataclasses.replace(instance, card_json=normalized_card(instance.card_json))
         with self._api_lock:
             self._check_open()
-            stored: DiscoveryInstance
-            if self._cohort is not None and self._in_cohort(instance):
-                stored = self._register_in_cohort(self._cohort, instance)
-            elif isinstance(instance, Model):
-                stored = self._register_model(instance)
-            elif isinstance(instance, EventSource):
-                stored = self._register_event_source(instance)
-            else:
-                stored = self._create_or_keep(instance)
+            try:
+                stored = self._store_registered(instance)
+            except Exception as exc:
+                self._metrics.write_failed("register", exc)
+                raise
             self._owned[stored.id()] = stored
             return stored
+
+    def _store_registered(self, instance: DiscoveryInstance) -> DiscoveryInstance:
+        """Under the API lock: store ``instance`` by the rules of its kind; the stored instance."""
+        if self._cohort is not None and self._in_cohort(instance):
+            return self._register_in_cohort(self._cohort, instance)
+        if isinstance(instance, Model):
+            return self._register_model(instance)
+        if isinstance(instance, EventSource):
+            return self._register_event_source(instance)
+        return self._create_or_keep(instance)
 
     def _in_cohort(self, instance: DiscoveryInstance) -> bool:
         """Whether ``instance`` is one of this cohort member's shared records: every record under
@@ -248,12 +257,16 @@ class Discovery(abc.ABC):
         self._check_writable("unregister records")
         with self._api_lock:
             self._check_open()
-            if self._cohort is not None:
-                self._cohort.check()
-            if instance_id not in self._owned:
-                raise NotFoundError(f"this client has not registered {_describe(instance_id)}")
-            self._endpoint_leases.check_unleased(instance_id)
-            self._delete(instance_id)
+            try:
+                if self._cohort is not None:
+                    self._cohort.check()
+                if instance_id not in self._owned:
+                    raise NotFoundError(f"this client has not registered {_describe(instance_id)}")
+                self._endpoint_leases.check_unleased(instance_id)
+                self._delete(instance_id)
+            except Exception as exc:
+                self._metrics.write_failed("unregister", exc)
+                raise
             del self._owned[instance_id]
 
     def update_model_taints(self, model_id: ModelCardInstanceId, taints: Any) -> Model:
@@ -275,20 +288,28 @@ class Discovery(abc.ABC):
         caller_taints = check_caller_taints(taints)  # before the locks, and a generator is read once
         with self._api_lock:
             self._check_open()
-            if self._cohort is not None:
-                self._cohort.check()
-            endpoint_models = Query.models(model_id.namespace, model_id.component, model_id.endpoint)
-            with self._store_lock(RecordKind.MODEL, endpoint_models.key_prefix()):
-                existing = self._get(model_id)
-                if not isinstance(existing, Model):
-                    raise NotFoundError(f"model card {model_id.to_path()} is not registered")
-                card = with_taints(existing.card_json, caller_taints)
-                updated = stored_form(dataclasses.replace(existing, card_json=card))
-                if taints_of(updated.card_json) == taints_of(existing.card_json):
-                    return existing
-                self._replace(updated)
-                self._owned[model_id] = updated
-                return updated
+            try:
+                return self._store_taints(model_id, caller_taints)
+            except Exception as exc:
+                self._metrics.write_failed("update_model_taints", exc)
+                raise
+
+    def _store_taints(self, model_id: ModelCardInstanceId, caller_taints: frozenset[str]) -> Model:
+        """Under the API lock: :meth:`update_model_taints` of checked taints."""
+        if self._cohort is not None:
+            self._cohort.check()
+        endpoint_models = Query.models(model_id.namespace, model_id.component, model_id.endpoint)
+        with self._store_lock(RecordKind.MODEL, endpoint_models.key_prefix()):
+            existing = self._get(model_id)
+            if not isinstance(existing, Model):
+                raise NotFoundError(f"model card {model_id.to_path()} is not registered")
+            card = with_taints(existing.card_json, caller_taints)
+            updated = stored_form(dataclasses.replace(existing, card_json=card))
+            if taints_of(updated.card_json) == taints_of(existing.card_json):
+                return existing
+            self._replace(updated)
+            self._owned[model_id] = updated
+            return updated
 
     def owned(self) -> tuple[DiscoveryInstance, ...]:
         """The records this client registered and has not unregistered."""
@@ -363,6 +384,7 @@ class Discovery(abc.ABC):
         self._check_open()
         feed = WatchFeed(query, maxsize=queue_size)
         self._open_feed(feed)
+        self._metrics.watch_opened(feed)
         return Watch(feed)
 
     # live_view()'s types. The value: what extract returns, else the card_type, else the record.
@@ -624,7 +646,8 @@ class Discovery(abc.ABC):
                     self._delete(instance_id)
                 except InstanceReplaced:
                     break  # a successor took over meanwhile: nothing more is this client's to remove
-                except Exception:
+                except Exception as exc:
+                    self._metrics.write_failed("shutdown", exc)
                     log.exception("could not remove %s during shutdown", _describe(instance_id))
             for lock in self._failover_locks:  # after the records: a standby takes over what is left
                 lock.close()
@@ -674,6 +697,40 @@ class Discovery(abc.ABC):
             "replaced": None if replaced is None else str(replaced),
             "connection": self._connection.state.value,
         }
+
+    # -- metrics (discovery_sync.metrics) ------------------------------------------------------------------
+    def metrics(self) -> Metrics:
+        """This client's counters and gauges as a plain mapping (:class:`~discovery_sync.metrics.Metrics`;
+        :data:`~discovery_sync.metrics.METRICS` says what each figure means): its watches (open,
+        lagging, events delivered by kind, Resyncs, queue depths), records owned, failed writes,
+        connection state changes, crashed and restarted threads, and what the backend measures
+        (heartbeat or keep-alive durations, rescans, records swept). Reading them changes nothing
+        and costs the client's hot paths nothing; it works after shutdown() too."""
+        replaced = self.replaced is not None
+        # not under the API lock, which a write to a stalled store holds: dict() copies atomically
+        failed_writes = {operation: dict(errors) for operation, errors in dict(self._metrics.failed_writes).items()}
+        return collect(
+            self._metrics,
+            backend=self.backend_name,
+            worker_id=self._metric_worker_id(),
+            state=self._connection.state.value,
+            state_changes={state.value: count for state, count in dict(self._connection.counts).items()},
+            records_owned=0 if replaced else len(self._owned),
+            failed_writes=failed_writes,
+            figures=self._backend_metrics(),
+        )
+
+    def _metric_worker_id(self) -> str:
+        """The instance id as the ``worker_id`` label shows it (hex), asking for nothing (an etcd
+        client without a lease yet: empty)."""
+        reported = self._reported_instance_id()
+        if reported is None:  # a read-only client: its id is its own, and reading it costs nothing
+            return f"{self.instance_id:x}"
+        return reported if all(c in "0123456789abcdef" for c in reported) else ""
+
+    def _backend_metrics(self) -> BackendFigures:
+        """What the backend measures itself (:class:`~discovery_sync.metrics.BackendFigures`; nothing by default)."""
+        return BackendFigures()
 
     # -- failover cohorts (docs/design.md §4.1) ---------------------------------------------------------
     @property

@@ -111,6 +111,7 @@ class LiveView(Mapping[K, V]):
         self._failure: BaseException | None = None
         self._closed = False
         self._watch: Watch = client.list_and_watch(query)
+        self._recorder = client._metrics  # counts a crash of the view's thread
         try:
             self._initial_sync()
         except BaseException:
@@ -243,6 +244,7 @@ class LiveView(Mapping[K, V]):
                 self._notify(event)
 
     def _crashed(self, exc: BaseException) -> None:
+        self._recorder.thread_crashed()
         self._watch.close()
         self._stopped(exc)
 

@@ -15,13 +15,16 @@ from collections.abc import Callable
 from typing import Any
 
 from .clock import SYSTEM, Clock
+from .metrics import Durations
 from .threads import start_thread
 
 log = logging.getLogger(__name__)
 
 
 class PeriodicThread:
-    """``job`` every ``interval`` seconds in a thread named ``name``; :meth:`health` tells how it goes."""
+    """``job`` every ``interval`` seconds in a thread named ``name``; :meth:`health` tells how it
+    goes, ``durations`` how long each run of the job took (real time, also for a run that
+    raised) and ``crashes`` whether the thread crashed (metrics)."""
 
     def __init__(
         self,
@@ -45,7 +48,10 @@ class PeriodicThread:
         self.failures = 0  # in a row
         self.last_error: str | None = None
         self._last_success = clock.monotonic()
-        self._thread = start_thread(name, self._run, on_crash, start=False)
+        self.durations = Durations()
+        self.crashes = 0
+        self._on_crash = on_crash
+        self._thread = start_thread(name, self._run, self._crashed, start=False)
         clock.enroll(self._thread)
 
     def start(self) -> None:
@@ -73,12 +79,18 @@ class PeriodicThread:
             "seconds_since_success": round(self._clock.monotonic() - self._last_success, 3),
         }
 
+    def _crashed(self, exc: BaseException) -> None:
+        self.crashes += 1  # the thread ends here: no other writer
+        if self._on_crash is not None:
+            self._on_crash(exc)
+
     def _run(self) -> None:
         if not self._run_first:
             self._wait()
+        job = self.durations.timing(self._job)
         while not self._stop.is_set():
             try:
-                self._job()
+                job()
             except BaseException as exc:
                 self.failures += 1
                 self.last_error = f"{type(exc).__name__}: {exc}"

@@ -66,6 +66,12 @@ class WatchFeed(Generic[R]):
         self._failure: BaseException | None = None
         self._closed = False
         self._on_close: list[Callable[[], None]] = []
+        # metrics (discovery_sync.metrics), changed under self._lock only: events handed to the
+        # consumer's queue or pending list, by kind (_ADDED...: EVENT_KINDS' order), times the
+        # watch lagged, most events ever queued; see delivered()
+        self._handed = [0, 0, 0, 0]
+        self.lags = 0
+        self.high_water = 0
 
     # -- producer API ---------------------------------------------------------------------------
     def start(self, snapshot: Iterable[DiscoveryInstance]) -> None:
@@ -77,6 +83,8 @@ class WatchFeed(Generic[R]):
             records = ordered(matching.values())
             self._pending.extend(Added(i) for i in records)
             self._pending.append(Resync(records))
+            self._handed[_ADDED] += len(records)
+            self._handed[_RESYNC] += 1
         self._queue.put(_WAKE)  # for a consumer already blocked in get()
 
     def publish(self, event: DiscoveryEvent, instance: DiscoveryInstance | None = None) -> bool:
@@ -91,13 +99,13 @@ class WatchFeed(Generic[R]):
                 return False
             with self._lock:
                 self._view[record.id()] = record
-                self._emit(event, record.id(), record)
+                self._emit(event, record.id(), record, _ADDED)
             return True
         if isinstance(event, Removed):
             with self._lock:
                 if self._view.pop(event.id, None) is None:
                     return False
-                self._emit(event, event.id, None)
+                self._emit(event, event.id, None, _REMOVED)
             return True
         if isinstance(event, ModelTaintsUpdated):
             if not isinstance(instance, Model):
@@ -106,7 +114,7 @@ class WatchFeed(Generic[R]):
                 return False
             with self._lock:
                 self._view[event.id] = instance
-                self._emit(event, event.id, instance)
+                self._emit(event, event.id, instance, _TAINTS)
             return True
         raise TypeError(f"cannot publish {event!r}")  # a Resync is the feed's own
 
@@ -121,7 +129,7 @@ class WatchFeed(Generic[R]):
     def resync(self) -> None:
         """Emit a Resync of the current view (after publishing changes the backend had missed)."""
         with self._lock:
-            self._emit(Resync(ordered(self._view.values())), None, None)
+            self._emit(Resync(ordered(self._view.values())), None, None, _RESYNC)
 
     def reconcile(self, snapshot: Iterable[DiscoveryInstance], *, force_resync: bool = False) -> bool:
         """Bring the view to ``snapshot`` (the full store state): emit what differs, then a Resync.
@@ -137,7 +145,7 @@ class WatchFeed(Generic[R]):
             self._view = new_view
             for event in events:
                 self._emit_event(event)
-            self._emit(Resync(ordered(self._view.values())), None, None)
+            self._emit(Resync(ordered(self._view.values())), None, None, _RESYNC)
             return bool(events)
 
     def fail(self, exc: BaseException) -> None:
@@ -158,20 +166,24 @@ class WatchFeed(Generic[R]):
     # -- internals ------------------------------------------------------------------------------
     def _emit_event(self, event: DiscoveryEvent) -> None:
         if isinstance(event, Added):
-            self._emit(event, event.instance.id(), event.instance)
+            self._emit(event, event.instance.id(), event.instance, _ADDED)
         elif isinstance(event, Removed):
-            self._emit(event, event.id, None)
+            self._emit(event, event.id, None, _REMOVED)
         elif isinstance(event, ModelTaintsUpdated):
-            self._emit(event, event.id, self._view[event.id])
+            self._emit(event, event.id, self._view[event.id], _TAINTS)
         else:
-            self._emit(event, None, None)
+            self._emit(event, None, None, _RESYNC)
 
-    def _emit(self, event: DiscoveryEvent, key: DiscoveryInstanceId | None, value: DiscoveryInstance | None) -> None:
-        """Queue ``event`` (lock held) and record what it delivers; drop into lagged mode when full."""
+    def _emit(
+        self, event: DiscoveryEvent, key: DiscoveryInstanceId | None, value: DiscoveryInstance | None, kind: int
+    ) -> None:
+        """Queue ``event`` (lock held; ``kind``: its index in EVENT_KINDS) and record what it
+        delivers; drop into lagged mode when full."""
         if self._closed or self._lagged:
             return
         if self._queued >= self._maxsize:
             self._lagged = True
+            self.lags += 1
             log.warning("watch %s lagged more than %d events behind; it will resync", self.query, self._maxsize)
             return
         if isinstance(event, Resync):
@@ -182,6 +194,9 @@ class WatchFeed(Generic[R]):
             else:
                 self._delivered[key] = value
         self._queued += 1
+        if self._queued > self.high_water:
+            self.high_water = self._queued
+        self._handed[kind] += 1
         self._queue.put(event)
 
     # -- consumer side (used by Watch) ------------------------------------------------------------
@@ -210,6 +225,28 @@ class WatchFeed(Generic[R]):
                 self._raise_if_failed()
             # a wake-up with nothing to do: loop and block again
 
+    def delivered(self) -> list[int]:
+        """Events the consumer has taken, by kind (metrics, EVENT_KINDS' order): those handed to
+        it less those still queued or pending. Read here, so that taking an event costs nothing
+        more; an event a consumer has just taken from the queue counts, as it is being returned
+        (after close() nothing is queued any more: the count is final)."""
+        with self._lock, self._queue.mutex:  # the consumer takes from the queue under its mutex
+            delivered = list(self._handed)
+            for event in (*self._queue.queue, *self._pending):
+                if event is not _WAKE:
+                    delivered[_KIND_INDEX[type(event)]] -= 1
+        return delivered
+
+    @property
+    def lagging(self) -> bool:
+        """Whether the consumer fell a full queue behind and has not caught up yet (metrics)."""
+        return self._lagged
+
+    @property
+    def depth(self) -> int:
+        """Events queued for the consumer now (metrics)."""
+        return self._queued
+
     def _raise_if_failed(self) -> None:
         if self._failure is not None and not self._queued:
             raise WatchFailed(f"the watch on {self.query} failed: {self._failure}") from self._failure
@@ -226,6 +263,8 @@ class WatchFeed(Generic[R]):
             events, _ = diff(self._delivered, self._view)
             self._pending.extend(events)
             self._pending.append(Resync(ordered(self._view.values())))
+            for event in self._pending:
+                self._handed[_KIND_INDEX[type(event)]] += 1
             self._delivered = dict(self._view)
             self._lagged = False
 
@@ -236,6 +275,11 @@ class WatchFeed(Generic[R]):
                 return
             self._closed = True
             callbacks, self._on_close = self._on_close, []
+            with self._queue.mutex:  # never delivered now: dropped (and not counted), so that delivered() is final
+                for event in self._queue.queue:
+                    if event is not _WAKE:
+                        self._handed[_KIND_INDEX[type(event)]] -= 1
+                self._queue.queue.clear()
         self._queue.put(_WAKE)
         for callback in callbacks:
             try:
@@ -249,6 +293,11 @@ class WatchFeed(Generic[R]):
                 self._on_close.append(callback)
                 return
         callback()
+
+
+# an event's index in WatchFeed.delivered() (discovery_sync.metrics.EVENT_KINDS' order)
+_ADDED, _REMOVED, _TAINTS, _RESYNC = range(4)
+_KIND_INDEX: dict[type, int] = {Added: _ADDED, Removed: _REMOVED, ModelTaintsUpdated: _TAINTS, Resync: _RESYNC}
 
 
 def _remaining(deadline: float) -> float:

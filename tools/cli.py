@@ -23,6 +23,7 @@ from discovery_sync.validation import printable
 from . import commands, help_text
 from .output import FORMATS
 from .store import DEFAULT_TIMEOUT, environment_store, kind_name
+from .top import cmd_top
 
 PROG = help_text.PROG
 EXIT_STORE_ERROR = 1  # the store failed or refused (every DiscoveryError but ValidationError), or a bug
@@ -216,6 +217,22 @@ def _add_reading_commands(command: _CommandAdder) -> None:
     watch.add_argument("--live", action="store_true", help="redraw a table of the current records on every change")
     watch.add_argument("--count", type=_count, help="stop after this many events (--live: this many tables)")
     watch.add_argument("--idle-timeout", type=_seconds, metavar="SECONDS", help="stop after this long without a change")
+    _add_top(command)
+
+
+def _add_top(command: _CommandAdder) -> None:
+    top = command("top", "show a watching client's metrics, live", help_text.TOP, help_text.TOP_EXAMPLES, cmd_top)
+    top.add_argument(
+        "--kind",
+        type=_kind(allow_all=False),
+        default="endpoints",
+        help="the records to watch: endpoints (default), models, event_channels or event_sources",
+    )
+    _add_filters(top)
+    top.add_argument(
+        "--interval", type=_seconds, default=2.0, metavar="SECONDS", help="seconds between two redraws (default: 2)"
+    )
+    top.add_argument("--count", type=_count, help="stop after this many redraws")
 
 
 def _add_writing_commands(command: _CommandAdder) -> None:

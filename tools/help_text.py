@@ -96,6 +96,22 @@ examples:
   {PROG} watch --count 1 -o json            the initial state, then exit
   {PROG} watch --idle-timeout 10            stop after 10 s without a change"""
 
+TOP = """\
+Show the metrics of a client of the store, live: a read-only client watches one kind of
+record (default: endpoints; the filters narrow it) and its own metrics are redrawn every
+--interval seconds: events delivered by kind, Resyncs, open and lagging watches, queue
+depths, connection state and its changes, failed writes, crashed or restarted threads, and
+what its backend measures (file: rescans and their durations, records swept; the
+heartbeat of a writer). Piped, each round is printed as a table after the last; -o json
+or -o yaml print the metrics mapping itself, one document per round (client.metrics() in
+Python; Prometheus names: discovery_sync.metrics). --count ends it after that many rounds."""
+
+TOP_EXAMPLES = f"""\
+examples:
+  {PROG} top
+  {PROG} top --kind models --namespace dynamo --interval 5
+  {PROG} top --count 3 -o json              three rounds as JSON lines, then exit"""
+
 REGISTER = """\
 Register the record(s) described by a JSON spec file (- for stdin) and hold them until
 Ctrl-C (exit status 130, as for any Ctrl-C; SIGTERM: 0), or remove them at once with

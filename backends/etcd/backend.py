@@ -11,6 +11,7 @@ from typing import Any
 from discovery_sync.discovery import Discovery
 from discovery_sync.errors import BackendUnavailable, DiscoveryError
 from discovery_sync.identity import DiscoveryInstanceId, RecordKind
+from discovery_sync.metrics import BackendFigures
 from discovery_sync.model import DiscoveryInstance, Model, instance_to_json
 from discovery_sync.options import DEFAULT_CONNECT_TIMEOUT
 from discovery_sync.queries import Query
@@ -283,6 +284,13 @@ class EtcdDiscovery(Discovery):
     def _detach(self, stream: BucketStream, feed: WatchFeed) -> None:
         stream.remove(feed)
         self._release(stream)
+
+    def _backend_metrics(self) -> BackendFigures:
+        """The keep-alive rounds of the lease (none before it is granted, nor for a read-only client)."""
+        lease = self._lease
+        if lease is None:
+            return BackendFigures()
+        return BackendFigures(heartbeat=lease._thread.durations, threads=[lease._thread])
 
     def _probe(self) -> None:
         self.gateway.range(*self.keys.everything(), limit=1)

@@ -49,6 +49,7 @@ from discovery_sync.errors import BackendUnavailable, DiscoveryError
 from discovery_sync.failover import FailoverLock
 from discovery_sync.identity import DiscoveryInstanceId, RecordKind
 from discovery_sync.logical_id import member_instance_id
+from discovery_sync.metrics import BackendFigures
 from discovery_sync.model import DiscoveryInstance
 from discovery_sync.periodic import PeriodicThread
 from discovery_sync.queries import Query
@@ -58,6 +59,7 @@ from .cohort import CohortFence
 from .doctor import diagnose_store
 from .failover import FileFailoverLock
 from .garbage import GarbageCollector, Removals
+from .health import figures, thread_health
 from .layout import StoreDirectories, StoreLayout
 from .link import Link, lose_after
 from .liveness import Fencing, Heartbeat, OwnedNames, Patience
@@ -355,11 +357,8 @@ class FileDiscovery(Discovery):
             self._feeds.add(feed)
 
     def status(self) -> dict[str, Any]:
-        """:meth:`Discovery.status`, with the store, the modes and the health of the threads:
-        ``connected`` is False while the last heartbeat or rescan failed (each retries every
-        interval)."""
-        heartbeat = None if self.read_only else self._heartbeat.health()  # a read-only client has none
-        rescan = self._rescans.thread.health()
+        """:meth:`Discovery.status`, with the store, the modes and the health of the threads
+        (:func:`.health.thread_health`)."""
         return {
             **super().status(),
             "root": str(self.layout.root),
@@ -367,11 +366,12 @@ class FileDiscovery(Discovery):
             "observer": self._notifier.kind,
             "observer_alive": self._notifier.is_alive() if self._notifier.started else None,
             "lock": self._locks.mode,
-            "heartbeat": heartbeat,
-            "rescan": rescan,
             "liveness_paused": self._views[RecordKind.ENDPOINT].blind,
-            "connected": not (heartbeat and heartbeat["failures"]) and not rescan["failures"],
+            **thread_health(None if self.read_only else self._heartbeat, self._rescans),
         }
+
+    def _backend_metrics(self) -> BackendFigures:
+        return figures(None if self.read_only else self._heartbeat, self._rescans, self._watcher)
 
     def _probe(self) -> None:
         self._dirs.probe()

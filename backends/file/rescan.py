@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from discovery_sync.clock import SYSTEM, Clock
 from discovery_sync.errors import BackendUnavailable, DiscoveryError
 from discovery_sync.events import DiscoveryEvent
 from discovery_sync.identity import DiscoveryInstanceId, RecordKind
+from discovery_sync.metrics import Durations
 from discovery_sync.model import DiscoveryInstance
 from discovery_sync.periodic import PeriodicThread
 
@@ -121,6 +123,8 @@ class Rescans:
         self._report = report
         # a read-only client saw a bucket directory (a store that vanishes after that is gone)
         self._seen_store = any(view.directory.is_open for view in views.values())
+        self.durations = {scan: Durations() for scan in (DEEP, FULL, LISTING)}  # of each rescan (metrics)
+        self.swept = sweeper.swept
         self.thread = PeriodicThread(
             "discovery-sync-file-rescan",
             timing.rescan_interval,
@@ -148,7 +152,16 @@ class Rescans:
 
     def rescan(self, scan: str = DEEP) -> None:
         """Rescan every bucket now (see :meth:`.backend.FileDiscovery.rescan`). A bucket that
-        cannot be read fails the watches of its kind only; the other buckets are scanned."""
+        cannot be read fails the watches of its kind only; the other buckets are scanned.
+        Its duration is measured, under the scan it became (``durations``)."""
+        started = time.perf_counter()
+        try:
+            scan = self._rescan(scan)
+        finally:
+            self.durations[scan].observe(time.perf_counter() - started)
+
+    def _rescan(self, scan: str) -> str:
+        """:meth:`rescan`; the scan it ran (deep after the observer was restarted)."""
         began = self._clock.monotonic()
         if self._read_only and self._watcher.follow():  # first: the emitter of a bucket that went away has stopped
             self._publish_new_buckets()
@@ -170,6 +183,7 @@ class Rescans:
         self._last_error.pop(None, None)  # the whole rescan ran
         if self._report is not None:
             self._report(self._trouble())
+        return scan
 
     def _trouble(self) -> str | None:
         """Why the last rescan could not read the store (a bucket whose watches failed; for a

@@ -30,6 +30,7 @@ import stat
 
 from discovery_sync.clock import SYSTEM, Clock
 from discovery_sync.discovery import CollectedGarbage
+from discovery_sync.identity import RecordKind
 
 from .directory import DirectoryClosed
 from .names import id_of_name, printable
@@ -48,6 +49,8 @@ class Sweeper:
     def __init__(self, clock: Clock = SYSTEM) -> None:
         self._clock = clock
         self._refused: dict[tuple[str, str], tuple[int, int]] = {}  # (bucket, name) -> (ino, mtime_ns)
+        #: dead records removed, by kind (metrics; each changed under its view's ``publishing`` lock)
+        self.swept = {kind.value: 0 for kind in RecordKind}
 
     def sweep(
         self, view: BucketView, owned: frozenset[str], *, retry: bool = False, dry_run: bool = False
@@ -64,6 +67,8 @@ class Sweeper:
             for name, entry in dead:
                 if not self._sweep_one(view, dir_fd, name, entry, result, changes, retry, dry_run):
                     break
+        if not dry_run:
+            self.swept[view.kind.value] += len(result)
         return result, changes
 
     def expire(self, view: BucketView, owned: frozenset[str]) -> Changes:

@@ -195,6 +195,7 @@ class StoreWatcher:
         self._read_only = read_only
         self._lock = threading.Lock()
         self._watched: frozenset[RecordKind] = frozenset()
+        self.restarts = 0  # of a notifier that stopped (metrics)
 
     def ensure(self) -> None:
         """Start the notifier, unless it runs."""
@@ -210,6 +211,7 @@ class StoreWatcher:
         log.warning("the file-store observer stopped; restarting it and resynchronising")
         self.notifier.stop()
         self.ensure()
+        self.restarts += 1
         return True
 
     def follow(self) -> bool:

@@ -33,7 +33,7 @@ def test_a_resync_replaces_the_whole_map(client):
     with client.live_view(ds.Query.endpoints(), lambda e: e.endpoint, key=lambda i: i.id()) as view:
         assert dict(view) == {a.id(): "a"}
         b = ds.Endpoint("ns", "backend", "b", 7, ds.Transport.tcp("x:1"))
-        view._watch._feed._emit(Resync((b,)), None, None)  # what a backend sends after a lag or reconnect
+        view._watch._feed._emit_event(Resync((b,)))  # what a backend sends after a lag or reconnect
         assert view.wait_for(lambda m: a.id() not in m, WAIT) == {b.id(): "b"}
 
 
