@@ -205,7 +205,7 @@ class FileDiscovery(Discovery):
             self.layout, self._buckets, t.heartbeat_interval, owned=self._owned_now, names=self._own.names,
             write_back=self._write_back, refused=lambda: self._rescans.full_now(), clock=clock,
             fenced=None if self._fence_check is None else Fencing(self._fence_check.still_claimed, self._own.written),
-            starting=lambda: self._link.beat_started(), ended=lambda: self._link.judge(),
+            starting=lambda: self._link.timing_changed(), ended=lambda: self._link.judge(),
         )  # fmt: skip
         self._heartbeat = PeriodicThread(
             "discovery-sync-file-heartbeat", t.heartbeat_interval, self._liveness.beat,
@@ -213,7 +213,7 @@ class FileDiscovery(Discovery):
         )  # fmt: skip
         self._link = Link(
             self._connection, self.layout.root, heartbeat=None if self.read_only else self._liveness,
-            owned=self._owned_now, lose_after=lose_after(t.ttl), clock=clock,
+            rescans=lambda: self._rescans, owned=self._owned_now, lose_after=lose_after(t.ttl), clock=clock,
         )  # fmt: skip
         self._watcher = StoreWatcher(
             self._notifier, self.layout.root, self._buckets, self._notified,
@@ -227,7 +227,7 @@ class FileDiscovery(Discovery):
             grace=notice_grace(self._notifier.kind, self._poll_interval), watcher=self._watcher, sight=sight,
             sweeper=sweeper, removals=removals, owned=self._owned_by_kind, touched=self._touched,
             restore=self._restore_replaced, read_only=self.read_only, on_crash=self._thread_crashed,
-            report=self._link.scanned, clock=clock,
+            report=self._link.scanned, progress=self._link.timing_changed, clock=clock,
         )  # fmt: skip
         self._collector = GarbageCollector(
             self._views, self._feeds, sweeper, removals, t, self._owned_names, self._stopping, clock

@@ -14,13 +14,13 @@ back while the heartbeat works changes nothing (the heartbeat logs it).
 
 Every client, a read-only one included, is SUSPENDED too while its rescans fail (a bucket that
 cannot be read; for a read-only client, a store whose every bucket directory was removed after
-it saw one: a store that never existed is an empty one to it), and connected again once they
+it saw one: a store that never existed is an empty one to it) or hang (a rescan under way for
+longer than ``max(2 s, 8 x a usual rescan)``: a stalled mount), and connected again once they
 read the store.
 
-A beat stalled in the kernel cannot report itself, and the rescan thread may be stalled by the
-same store: the ``discovery-sync-file-link`` thread of a writing client judges from in-memory
-timestamps alone, at the deadlines they set (the stall bound of the beat under way, the lose
-bound), and never touches the store.
+A beat or a rescan stalled in the kernel cannot report itself: the ``discovery-sync-file-link``
+thread of every client judges from in-memory timestamps alone, at the deadlines they set (the
+stall bounds of the beat and the rescan under way, the lose bound), and never touches the store.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from discovery_sync.connection import ConnectionState, ConnectionStates
 from discovery_sync.threads import start_thread
 
 from .liveness import Heartbeat
+from .rescan import Rescans
 from .wire import REFERENCE_TTL
 
 LINK_THREAD = "discovery-sync-file-link"
@@ -49,8 +50,9 @@ def lose_after(ttl: float) -> float:
 
 class Link:
     """Reports one client's store faults to its :class:`ConnectionStates` (see the module
-    docstring). ``heartbeat`` is None for a read-only client (no link thread then);
-    ``owned()`` says which records the client has now (a copy, taken without waiting)."""
+    docstring). ``heartbeat`` is None for a read-only client; ``rescans()`` gives the client's
+    rescans (made after the link); ``owned()`` says which records the client has now (a copy,
+    taken without waiting)."""
 
     def __init__(
         self,
@@ -58,6 +60,7 @@ class Link:
         root: Path,
         *,
         heartbeat: Heartbeat | None,
+        rescans: Callable[[], Rescans],
         owned: Callable[[], Sized],
         lose_after: float,
         clock: Clock = SYSTEM,
@@ -65,6 +68,7 @@ class Link:
         self._connection = connection
         self._root = root
         self._heartbeat = heartbeat
+        self._rescans = rescans
         self._owned = owned
         self._lose_after = lose_after
         self._clock = clock
@@ -74,24 +78,22 @@ class Link:
         self._rewritten: set[str] = set()  # keys written back since the client was last connected
         self._wake = threading.Event()
         self._stopping = False
-        self._thread: threading.Thread | None = None
-        if heartbeat is not None:
-            self._thread = start_thread(LINK_THREAD, self._run, start=False)
-            clock.enroll(self._thread)
+        self._thread = start_thread(LINK_THREAD, self._run, start=False)
+        clock.enroll(self._thread)
 
     def start(self) -> None:
-        if self._thread is not None:
-            self._thread.start()
+        self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stopping = True
         self._wake.set()
         thread = self._thread
-        if thread is not None and thread.is_alive() and thread is not threading.current_thread():
+        if thread.is_alive() and thread is not threading.current_thread():
             thread.join(timeout)
 
-    def beat_started(self) -> None:
-        """A beat began (the heartbeat's ``starting``): the link thread sets its stall deadline."""
+    def timing_changed(self) -> None:
+        """A beat began, or a rescan began or ended: the link thread judges again and sets its
+        next deadline."""
         self._wake.set()
 
     def written_back(self, key: str) -> None:
@@ -114,7 +116,7 @@ class Link:
 
     def _judge(self) -> None:
         connection, now = self._connection, self._clock.monotonic()
-        trouble = self._scan_trouble
+        trouble = self._scan_trouble or self._scan_stalled(now)
         heartbeat = self._heartbeat
         if heartbeat is not None:
             trouble = heartbeat.trouble(now) or trouble
@@ -140,6 +142,13 @@ class Link:
         if connection.state is ConnectionState.CONNECTED:
             self._rewritten.clear()
 
+    def _scan_stalled(self, now: float) -> str | None:
+        rescans = self._rescans()
+        since = rescans.scanning_since
+        if since is not None and now - since > rescans.stall_after:
+            return f"a rescan has been stalled by the store for {now - since:.1f} s"
+        return None
+
     def _reconnected(self, rewritten: list[str]) -> str:
         what = "the heartbeat" if self._heartbeat is not None else "rescans"
         wrote = f"wrote back {len(rewritten)} record(s)" if rewritten else "no record had to be written back"
@@ -160,15 +169,18 @@ class Link:
 
     def _next_deadline(self) -> float | None:
         """When the facts known now call for a judgement without anything else happening: the
-        stall bound of the beat under way, or the lose bound (None: only a beat's start)."""
-        heartbeat = self._heartbeat
-        assert heartbeat is not None
-        now = self._clock.monotonic()
-        deadlines = []
-        since = heartbeat.beating_since
-        if since is not None and since + heartbeat.stall_after + MARGIN > now:
-            deadlines.append(since + heartbeat.stall_after + MARGIN)
-        if self._connection.state is not ConnectionState.LOST:
+        stall bounds of the beat and the rescan under way, or the lose bound (None: only the
+        start of a beat or a rescan)."""
+        now, rescans, heartbeat = self._clock.monotonic(), self._rescans(), self._heartbeat
+        deadlines = [
+            since + bound + MARGIN
+            for since, bound in (
+                (rescans.scanning_since, rescans.stall_after),
+                (None, 0.0) if heartbeat is None else (heartbeat.beating_since, heartbeat.stall_after),
+            )
+            if since is not None and since + bound + MARGIN > now
+        ]
+        if heartbeat is not None and self._connection.state is not ConnectionState.LOST:
             lose_at = self._last_good(heartbeat) + self._lose_after + MARGIN
             # passed without owning a record: look again every interval (a record may come)
             deadlines.append(lose_at if lose_at > now else now + heartbeat.interval)

@@ -34,7 +34,7 @@ from .missed import Suspects
 from .sight import Sight
 from .sweep import Sweeper
 from .timing import Timing
-from .view import DEEP, FULL, LISTING, STALL_AFTER, BucketView, Touched
+from .view import DEEP, FULL, LISTING, STALL_AFTER, STALL_FACTOR, BucketView, Touched
 from .watcher import StoreWatcher
 
 log = logging.getLogger("discovery_sync.backends.file")
@@ -87,7 +87,8 @@ class Rescans:
     write back those another writer replaced. A client that deletes nothing (``read_only``, or
     during a dry run of ``collect_garbage()``: ``removals``) only reports dead records Removed.
     ``report(trouble)`` is told after every rescan why it could not read the store (None: it
-    could; :meth:`.link.Link.scanned`).
+    could; :meth:`.link.Link.scanned`); ``progress()`` as each rescan begins and ends (the link
+    thread watches for a stall: :attr:`scanning_since`, :attr:`stall_after`).
     """
 
     def __init__(
@@ -109,6 +110,7 @@ class Rescans:
         read_only: bool,
         on_crash: Callable[[BaseException], None],
         report: Callable[[str | None], None] | None = None,
+        progress: Callable[[], None] | None = None,
         clock: Clock = SYSTEM,
     ) -> None:
         self.root = root
@@ -120,7 +122,9 @@ class Rescans:
         self._suspects = {kind: Suspects(grace) for kind in views}
         self._errors = dict.fromkeys(views, 0)  # failed scans in a row, by bucket
         self._last_error: dict[RecordKind | None, str | None] = {}
-        self._report = report
+        self._report, self._progress = report, progress
+        self._scanning: dict[int, float] = {}  # rescans under way: thread ident -> when it began
+        self._usual = 0.0  # a rescan's usual duration on the clock (moving average): see stall_after
         # a read-only client saw a bucket directory (a store that vanishes after that is gone)
         self._seen_store = any(view.directory.is_open for view in views.values())
         self.durations = {scan: Durations() for scan in (DEEP, FULL, LISTING)}  # of each rescan (metrics)
@@ -154,15 +158,33 @@ class Rescans:
         """Rescan every bucket now (see :meth:`.backend.FileDiscovery.rescan`). A bucket that
         cannot be read fails the watches of its kind only; the other buckets are scanned.
         Its duration is measured, under the scan it became (``durations``)."""
-        started = time.perf_counter()
+        started, began, me = time.perf_counter(), self._clock.monotonic(), threading.get_ident()
+        self._scanning[me] = began
+        if self._progress is not None:
+            self._progress()
         try:
-            scan = self._rescan(scan)
+            scan = self._rescan(scan, began)
         finally:
+            del self._scanning[me]
             self.durations[scan].observe(time.perf_counter() - started)
+            took = self._clock.monotonic() - began
+            if took <= self.stall_after:
+                self._usual += (took - self._usual) / 8
+            if self._progress is not None:
+                self._progress()
 
-    def _rescan(self, scan: str) -> str:
+    @property
+    def scanning_since(self) -> float | None:
+        """When the oldest rescan under way began, on the clock (None: none is)."""
+        return min(self._scanning.values(), default=None)
+
+    @property
+    def stall_after(self) -> float:
+        """A rescan under way longer than this is stalled by the store (a frozen mount)."""
+        return max(STALL_AFTER, STALL_FACTOR * self._usual)
+
+    def _rescan(self, scan: str, began: float) -> str:
         """:meth:`rescan`; the scan it ran (deep after the observer was restarted)."""
-        began = self._clock.monotonic()
         if self._read_only and self._watcher.follow():  # first: the emitter of a bucket that went away has stopped
             self._publish_new_buckets()
         if self._watcher.restart_if_dead():

@@ -232,3 +232,37 @@ def test_a_read_only_client_of_a_store_not_made_yet_is_connected(tmp_path: Path,
     steps.run(2 * SHORT_TTL, 0.5)  # rescans of a store that does not exist: an empty store, no fault
     assert reader.state is C
     assert reader._connection.history == []  # type: ignore[attr-defined]
+
+
+def test_a_rescan_stalled_by_the_store_suspends_a_read_only_client_until_it_ends(tmp_path: Path, steps: Steps, clients):
+    """A read-only client has no heartbeat: a rescan hung in the kernel (a frozen mount) is seen
+    by its link thread, from timestamps alone, once it has run past its stall bound."""
+    store = tmp_path / "store"
+    clients.append(writer := ds.connect(f"file://{store}", clock=steps.clock))
+    writer.register(endpoint_spec())
+    clients.append(reader := ds.connect(f"file://{store}", read_only=True, clock=steps.clock))
+    assert isinstance(reader, FileDiscovery)
+    changes = Changes(reader)
+    reader._rescans.thread.stop()  # its rescans run below, in a thread of the test's
+    view = reader._views[ds.RecordKind.ENDPOINT]
+    scan, thawed = view._scan_directory, threading.Event()
+
+    def frozen_mount(*args: object) -> object:  # the scan's system calls wait for the server
+        assert thawed.wait(CHANGE_TIMEOUT)
+        return scan(*args)
+
+    view._scan_directory = frozen_mount  # type: ignore[method-assign]
+    rescan = threading.Thread(target=reader.rescan, name="test-rescan")
+    rescan.start()
+    try:
+        steps.advance(1.9)  # under the bound (2 s: a usual rescan here takes no time on the clock)
+        assert reader.state is C and changes.empty()
+        steps.advance(0.2)
+        [change] = changes.next()
+        assert (change.previous, change.state) == (C, S) and "a rescan has been stalled" in change.reason
+    finally:
+        thawed.set()
+        rescan.join(CHANGE_TIMEOUT)
+    [change] = changes.next()
+    assert (change.state, change.rewritten) == (R, ())
+    assert reader.state is C and changes.empty()
