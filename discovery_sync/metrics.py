@@ -194,6 +194,29 @@ class BackendFigures:
 
 
 # -- one client's collector ------------------------------------------------------------------------
+class _WatchSums:
+    """Figures summed over watches: events delivered by kind, Resyncs beyond each watch's first,
+    lags, and the highest queue depth any reached."""
+
+    def __init__(self) -> None:
+        self.delivered = [0] * len(EVENT_KINDS)
+        self.resyncs = self.lags = self.high_water = 0
+
+    def copy(self) -> _WatchSums:
+        sums = _WatchSums()
+        sums.delivered, sums.resyncs = list(self.delivered), self.resyncs
+        sums.lags, sums.high_water = self.lags, self.high_water
+        return sums
+
+    def add(self, feed: WatchFeed[Any], delivered: Sequence[int]) -> None:
+        """Add ``feed``'s figures (``delivered``: its :meth:`~WatchFeed.delivered`)."""
+        for index, count in enumerate(delivered):
+            self.delivered[index] += count
+        self.resyncs += max(0, delivered[-1] - 1)
+        self.lags += feed.lags
+        self.high_water = max(self.high_water, feed.high_water)
+
+
 class Recorder:
     """The counters of one client that no backend keeps: its watches (open, and the sums of
     those closed), failed writes (counted under the client's API lock) and crashed threads."""
@@ -201,8 +224,7 @@ class Recorder:
     def __init__(self) -> None:
         self._lock = threading.Lock()  # open feeds and the closed ones' sums (then a feed's lock may be taken)
         self._feeds: set[WatchFeed[Any]] = set()
-        self._delivered = [0] * len(EVENT_KINDS)  # by closed watches
-        self._resyncs = self._lags = self._high_water = 0  # by closed watches
+        self._closed = _WatchSums()  # of the watches closed
         self._crashes = 0
         #: operation -> error class name -> count; changed only under the client's API lock
         self.failed_writes: dict[str, dict[str, int]] = {}
@@ -220,11 +242,7 @@ class Recorder:
             if feed not in self._feeds:
                 return
             self._feeds.discard(feed)
-            for index, count in enumerate(delivered):
-                self._delivered[index] += count
-            self._resyncs += max(0, delivered[-1] - 1)
-            self._lags += feed.lags
-            self._high_water = max(self._high_water, feed.high_water)
+            self._closed.add(feed, delivered)
 
     def write_failed(self, operation: str, error: BaseException) -> None:
         """A write raised (call it holding the client's API lock)."""
@@ -239,26 +257,19 @@ class Recorder:
     def watch_figures(self) -> dict[str, Any]:
         """The watch part of :class:`Metrics`, and ``thread_crashes`` (this recorder's part)."""
         with self._lock:
-            feeds = list(self._feeds)
-            delivered, resyncs, lags = list(self._delivered), self._resyncs, self._lags
-            high_water, crashes = self._high_water, self._crashes
+            feeds, sums, crashes = list(self._feeds), self._closed.copy(), self._crashes
             # read under this lock: a feed closing now is added to the sums once, after this
             for feed in feeds:
-                taken = feed.delivered()
-                for index, count in enumerate(taken):
-                    delivered[index] += count
-                resyncs += max(0, taken[-1] - 1)
-                lags += feed.lags
-                high_water = max(high_water, feed.high_water)
+                sums.add(feed, feed.delivered())
             lagging, depth = sum(feed.lagging for feed in feeds), sum(feed.depth for feed in feeds)
         return {
             "watches_open": len(feeds),
             "watches_lagging": lagging,
-            "watch_lags": lags,
+            "watch_lags": sums.lags,
             "watch_queue_depth": depth,
-            "watch_queue_depth_max": high_water,
-            "events_delivered": dict(zip(EVENT_KINDS, delivered, strict=True)),
-            "resyncs": resyncs,
+            "watch_queue_depth_max": sums.high_water,
+            "events_delivered": dict(zip(EVENT_KINDS, sums.delivered, strict=True)),
+            "resyncs": sums.resyncs,
             "thread_crashes": crashes,
         }
 
@@ -271,10 +282,11 @@ def collect(
     state: str,
     state_changes: Mapping[str, int],
     records_owned: int,
-    failed_writes: Mapping[str, Mapping[str, int]],
+    failed_writes: dict[str, dict[str, int]],
     figures: BackendFigures,
 ) -> Metrics:
-    """The :class:`Metrics` of a client (:meth:`Discovery.metrics` gathers the arguments)."""
+    """The :class:`Metrics` of a client (:meth:`Discovery.metrics` gathers the arguments;
+    ``failed_writes`` is its own copy, kept as it is)."""
     watches = recorder.watch_figures()
     return {
         "backend": backend,
@@ -288,7 +300,7 @@ def collect(
         "events_delivered": watches["events_delivered"],
         "resyncs": watches["resyncs"],
         "records_owned": records_owned,
-        "failed_writes": {operation: dict(errors) for operation, errors in failed_writes.items()},
+        "failed_writes": failed_writes,
         "state_changes": {**dict.fromkeys(SHOWN_STATES, 0), **state_changes},
         "thread_crashes": watches["thread_crashes"] + sum(thread.crashes for thread in figures.threads),
         "thread_restarts": figures.restarts,
