@@ -34,7 +34,7 @@ from .missed import Suspects
 from .sight import Sight
 from .sweep import Sweeper
 from .timing import Timing
-from .view import DEEP, FULL, LISTING, STALL_AFTER, STALL_FACTOR, BucketView, Touched
+from .view import DEEP, FULL, LISTING, STALL_AFTER, BucketView, Touched, UsualDuration
 from .watcher import StoreWatcher
 
 log = logging.getLogger("discovery_sync.backends.file")
@@ -124,7 +124,7 @@ class Rescans:
         self._last_error: dict[RecordKind | None, str | None] = {}
         self._report, self._progress = report, progress
         self._scanning: dict[int, float] = {}  # rescans under way: thread ident -> when it began
-        self._usual = 0.0  # a rescan's usual duration on the clock (moving average): see stall_after
+        self._usual = UsualDuration()  # of a rescan, on the clock: see stall_after
         # a read-only client saw a bucket directory (a store that vanishes after that is gone)
         self._seen_store = any(view.directory.is_open for view in views.values())
         self.durations = {scan: Durations() for scan in (DEEP, FULL, LISTING)}  # of each rescan (metrics)
@@ -167,9 +167,7 @@ class Rescans:
         finally:
             del self._scanning[me]
             self.durations[scan].observe(time.perf_counter() - started)
-            took = self._clock.monotonic() - began
-            if took <= self.stall_after:
-                self._usual += (took - self._usual) / 8
+            self._usual.stalled(self._clock.monotonic() - began)  # a usual one joins the average
             if self._progress is not None:
                 self._progress()
 
@@ -181,7 +179,7 @@ class Rescans:
     @property
     def stall_after(self) -> float:
         """A rescan under way longer than this is stalled by the store (a frozen mount)."""
-        return max(STALL_AFTER, STALL_FACTOR * self._usual)
+        return self._usual.stall_after
 
     def _rescan(self, scan: str, began: float) -> str:
         """:meth:`rescan`; the scan it ran (deep after the observer was restarted)."""

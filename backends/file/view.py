@@ -81,6 +81,25 @@ STALL_FACTOR = 8.0
 LISTING, FULL, DEEP = "listing", "full", "deep"
 
 
+class UsualDuration:
+    """How long a store operation usually takes (a moving average of those not stalled): one
+    longer than :attr:`stall_after` was stalled by the store (a frozen mount)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    @property
+    def stall_after(self) -> float:
+        return max(STALL_AFTER, STALL_FACTOR * self.seconds)
+
+    def stalled(self, took: float) -> bool:
+        """Whether an operation that took ``took`` seconds was stalled; if not, it joins the average."""
+        if took > self.stall_after:
+            return True
+        self.seconds += (took - self.seconds) / 8
+        return False
+
+
 def digest(raw: bytes) -> Content:
     return hashlib.blake2b(raw, digest_size=16).digest()
 
@@ -189,7 +208,7 @@ class BucketView:
         # when this reader last saw a file of the bucket change (a heartbeat, a new content): the
         # store takes someone's writes (the client's Sight)
         self.moved_at = float("-inf")
-        self._scan_cost = 0.0  # a scan's usual duration (moving average): longer ones stalled
+        self._scan_cost = UsualDuration()  # of a scan: a far longer one was stalled
 
     # -- the named scans ------------------------------------------------------------------------
     def unchanged(self, name_prefix: str = "") -> bool:
@@ -295,10 +314,8 @@ class BucketView:
     def _timed(self, took: float) -> None:
         """A scan took ``took`` seconds: one far slower than usual was stalled by the store (a frozen
         mount), so what it read may be as old as its start: every clock starts again."""
-        if took > max(STALL_AFTER, STALL_FACTOR * self._scan_cost):
-            self.stalled(f"a scan of {self.kind.bucket} took {took:.1f} s (usually {self._scan_cost:.2f} s)")
-            return
-        self._scan_cost += (took - self._scan_cost) / 8
+        if self._scan_cost.stalled(took):
+            self.stalled(f"a scan of {self.kind.bucket} took {took:.1f} s (usually {self._scan_cost.seconds:.2f} s)")
 
     def stalled(self, what: str) -> None:
         """The store stalled a read (``what``, for the log): while it did, no heartbeat could show,
