@@ -184,11 +184,17 @@ def store_file(tmp_path: Path, endpoint: ds.Endpoint) -> Path:
     return tmp_path / "store" / "v1" / "instances" / record_name(endpoint.id())
 
 
-def test_the_readme_failover_example_fails_over(tmp_path):
+def readme_program(tmp_path: Path, heading: str) -> Path:
+    """The first python block of README.md's section ``heading``, as a program file."""
     readme = (REPO / "README.md").read_text(encoding="utf-8")
-    section = readme.partition("\n## Failover: a primary and a standby, one worker\n")[2].partition("\n## ")[0]
+    section = readme.partition(f"\n## {heading}\n")[2].partition("\n## ")[0]
     program = tmp_path / "worker.py"
     program.write_text(section.partition("```python\n")[2].partition("```")[0], encoding="utf-8")
+    return program
+
+
+def test_the_readme_failover_example_fails_over(tmp_path):
+    program = readme_program(tmp_path, "Failover: a primary and a standby, one worker")
     store = tmp_path / "store"
     env = {
         **os.environ,
@@ -233,10 +239,7 @@ def test_the_readme_failover_example_fails_over(tmp_path):
 def test_the_readme_connection_state_example_exits_when_its_records_are_lost(tmp_path):
     """README's worker, run as a process on a file store with a logical id: a successor with the
     same id takes its records over, the worker hears LOST, removes nothing and exits 1."""
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    section = readme.partition("\n## Connection state: a worker that knows when its registration is lost\n")[2]
-    program = tmp_path / "worker.py"
-    program.write_text(section.partition("```python\n")[2].partition("```")[0], encoding="utf-8")
+    program = readme_program(tmp_path, "Connection state: a worker that knows when its registration is lost")
     store = tmp_path / "store"
     env = {
         **os.environ,

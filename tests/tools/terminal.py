@@ -25,6 +25,11 @@ def command(*args: str) -> list[str]:
     return [sys.executable, "-m", "discovery_sync.tools", *args]
 
 
+def piped(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """The CLI with its output piped (no terminal), run to its end."""
+    return subprocess.run(command(*args), capture_output=True, text=True, timeout=timeout, env=environment())
+
+
 class Terminal:
     """The CLI with stdin, stdout and stderr on a pseudo-terminal that is its controlling terminal."""
 

@@ -14,7 +14,7 @@ import pytest
 import discovery_sync as ds
 from testrigs.net import free_port
 from tests.tools import SPEC
-from tests.tools.terminal import Terminal, command, environment, run_in_terminal
+from tests.tools.terminal import Terminal, command, environment, piped, run_in_terminal
 
 
 @pytest.fixture
@@ -28,10 +28,6 @@ def client(url: str):
         client.register(ds.EndpointSpec("ns", "backend", "generate", ds.Transport.tcp("127.0.0.1:9000/generate")))
         client.register(ds.ModelSpec("ns", "backend", "generate", {"display_name": "Qwen/Qwen3-0.6B"}))
         yield client
-
-
-def piped(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(command(*args), capture_output=True, text=True, timeout=timeout, env=environment())
 
 
 def columns_of(header: str) -> list[int]:

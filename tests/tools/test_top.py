@@ -3,14 +3,13 @@ when piped, the metrics mapping with -o json; --count ends it, Ctrl-C exits 130 
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import orjson
 import pytest
 
 import discovery_sync as ds
-from tests.tools.terminal import Terminal, command, environment
+from tests.tools.terminal import Terminal, piped
 
 
 @pytest.fixture
@@ -23,10 +22,6 @@ def client(url: str):
     with ds.connect(url) as client:
         client.register(ds.EndpointSpec("ns", "backend", "generate", ds.Transport.tcp("127.0.0.1:9000")))
         yield client
-
-
-def piped(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(command(*args), capture_output=True, text=True, timeout=60, env=environment())
 
 
 def test_top_piped_prints_a_table_per_round_and_stops_after_count(url, client):
