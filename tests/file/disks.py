@@ -3,6 +3,7 @@ runs as root, as CI does; a mount that fails fails the test)."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import subprocess
 from collections.abc import Iterator
@@ -62,3 +63,27 @@ def disk(tmp_path: Path) -> Iterator[SmallDisk]:
         yield small
     finally:
         small.unmount()
+
+
+class BindMount:
+    """``source`` bind-mounted at ``path``: the mount at ``path`` is made read-only and writable
+    again while ``source`` stays writable (another host's view of the same files, a hand that
+    deletes files through it). Made by :func:`bind_mounted`."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.source, self.path = tmp_path / "source", tmp_path / "mount"
+
+    def read_only(self, on: bool) -> None:
+        subprocess.run(["mount", "-o", f"remount,bind,{'ro' if on else 'rw'}", str(self.path)], check=True)
+
+
+@contextlib.contextmanager
+def bind_mounted(mount: BindMount) -> Iterator[BindMount]:
+    """``mount`` made (its two directories created) for the block, unmounted after it."""
+    mount.source.mkdir()
+    mount.path.mkdir()
+    subprocess.run(["mount", "--bind", str(mount.source), str(mount.path)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "--lazy", str(mount.path)], check=True)

@@ -19,7 +19,7 @@ import discovery_sync as ds
 from discovery_sync.connection import STATE_THREAD
 from testrigs.helpers import caught_logs, endpoint_spec, model_spec
 from tests.file.clocked import Steps
-from tests.file.disks import SmallDisk
+from tests.file.disks import BindMount, SmallDisk, bind_mounted
 
 C, S, R, L, X = (
     ds.ConnectionState.CONNECTED,
@@ -75,27 +75,10 @@ def clients() -> Iterator[list[ds.Discovery]]:
         client.shutdown()
 
 
-class BindMount:
-    """``source`` bind-mounted at ``path``; the mount at ``path`` is made read-only and writable
-    again while ``source`` stays writable (another host's view of the same files)."""
-
-    def __init__(self, tmp_path: Path) -> None:
-        self.source, self.path = tmp_path / "source", tmp_path / "mount"
-
-    def read_only(self, on: bool) -> None:
-        subprocess.run(["mount", "-o", f"remount,bind,{'ro' if on else 'rw'}", str(self.path)], check=True)
-
-
 @pytest.fixture
 def bind_mount(tmp_path: Path) -> Iterator[BindMount]:
-    mount = BindMount(tmp_path)
-    mount.source.mkdir()
-    mount.path.mkdir()
-    subprocess.run(["mount", "--bind", str(mount.source), str(mount.path)], check=True)
-    try:
+    with bind_mounted(BindMount(tmp_path)) as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "--lazy", str(mount.path)], check=True)
 
 
 def test_a_read_only_remount_suspends_the_writer_and_the_next_beat_reconnects_it(

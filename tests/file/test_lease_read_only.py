@@ -5,7 +5,6 @@ same endpoint, and a lease never counts on a record that is not there."""
 from __future__ import annotations
 
 import os
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -15,26 +14,24 @@ import pytest
 
 import discovery_sync as ds
 from testrigs.helpers import LogCatcher, endpoint_spec, in_thread
+from tests.file.disks import BindMount, bind_mounted
 
 PROMPTLY = 2.0  # a lease that waits for no store call is done within this
 RETRY_BOUND = 6.0  # the longest wait between two attempts of a release (5 s, +20 % jitter)
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (CI runs as root): mount")
 
 
-class Mount:
-    """A bind mount of ``source`` at ``path`` that a test makes read-only and writable again;
-    clients connect through ``path``, a hand deletes files through ``source``."""
+class Mount(BindMount):
+    """A bind mount that a test makes read-only and writable again; clients connect through
+    ``path``, a hand deletes files through ``source``."""
 
     def __init__(self, tmp_path: Path) -> None:
-        self.source, self.path = tmp_path / "source", tmp_path / "mount"
+        super().__init__(tmp_path)
         self.clients: list[ds.Discovery] = []
 
     def connect(self) -> ds.Discovery:
         self.clients.append(ds.connect(f"file://{self.path / 'store'}?ttl=5"))
         return self.clients[-1]
-
-    def read_only(self, on: bool) -> None:
-        subprocess.run(["mount", "-o", f"remount,bind,{'ro' if on else 'rw'}", str(self.path)], check=True)
 
     def record(self, endpoint: ds.Endpoint) -> Path:
         """The record's file, as seen through the writable source."""
@@ -45,19 +42,13 @@ class Mount:
 
 @pytest.fixture
 def mount(tmp_path: Path) -> Iterator[Mount]:
-    store = Mount(tmp_path)
-    store.source.mkdir()
-    store.path.mkdir()
-    subprocess.run(["mount", "--bind", str(store.source), str(store.path)], check=True)
-    try:
-        yield store
-    finally:
+    with bind_mounted(Mount(tmp_path)) as store:
         try:
+            yield store
+        finally:
             store.read_only(False)  # so that shutdown() removes what the clients registered
             for client in store.clients:
                 client.shutdown()
-        finally:
-            subprocess.run(["umount", "--lazy", str(store.path)], check=True)
 
 
 def retrying_release(lease: ds.EndpointLease, thread_log: LogCatcher) -> threading.Thread:
