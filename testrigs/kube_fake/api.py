@@ -13,6 +13,7 @@ from . import status as st
 from .resources import ResourceType
 from .selectors import FieldSelector, LabelSelector, Selection
 from .store import Store
+from .subresources import patch_status
 from .watch import Watcher
 
 APPLY = "application/apply-patch+yaml"
@@ -216,15 +217,25 @@ class KubeApi:
             group, version, rest = parts[1], parts[2], parts[3:]
         else:
             raise st.path_not_found()
-        if len(rest) == 1:
-            namespace, plural, name = None, rest[0], None
+        subresource = rest.pop() if len(rest) == 5 and rest[0] == "namespaces" else None
+        if len(rest) in (1, 2):  # across namespaces, or a cluster-scoped resource (stored under "")
+            namespace, plural, name = None, rest[0], (rest[1] if len(rest) == 2 else None)
         elif len(rest) in (3, 4) and rest[0] == "namespaces":
             namespace, plural, name = rest[1], rest[2], (rest[3] if len(rest) == 4 else None)
         else:
             raise st.path_not_found()
         rt = res.find_resource(group, version, plural)
-        if rt is None or (rt.custom and not self.crd_installed):
+        if rt is None or (rt.custom and not self.crd_installed) or (rt.namespaced and len(rest) == 2):
             raise st.path_not_found()
+        if not rt.namespaced:
+            if namespace is not None:
+                raise st.path_not_found()
+            namespace = ""
+        if subresource is not None:
+            if subresource != "status" or not rt.status_subresource:
+                raise st.path_not_found()
+            assert namespace is not None and name is not None
+            return self._status(req, rt, namespace, name)
         return self._resource(req, rt, namespace, name)
 
     def _discovery(self, parts: list[str]) -> dict[str, Any] | None:
@@ -313,6 +324,16 @@ class KubeApi:
                 rt, namespace, name, self._preconditions(req), cascade=self._cascade(req), dry_run=_dry_run(req)
             ),
         )
+
+    def _status(self, req: Request, rt: ResourceType, namespace: str, name: str) -> Reply:
+        """``.../{name}/status``: GET, or a merge patch that changes the status alone (what a kubelet sends)."""
+        verb = self._verb(req, name)
+        self.faults.check(rt, verb, namespace, name)
+        if verb == "get":
+            return Reply(200, self.store.get(rt, namespace, name))
+        if verb != "patch" or req.content_type not in (MERGE, STRATEGIC):
+            raise st.ApiError(405, f"the fake serves only GET and merge PATCH of {rt.plural}/status")
+        return Reply(200, patch_status(self.store, rt, namespace, name, _decode(req), _manager(req)))
 
     def _patch(self, req: Request, rt: ResourceType, namespace: str, name: str) -> Reply:
         kind = req.content_type

@@ -12,7 +12,10 @@ CUSTOM_VERSION = "v1alpha1"
 
 @dataclass(frozen=True)
 class ResourceType:
-    """One namespaced REST resource: where it lives in the URL space and how it behaves."""
+    """One REST resource: where it lives in the URL space and how it behaves.
+
+    Cluster-scoped objects (``namespaced=False``) are stored under the namespace ``""``.
+    """
 
     group: str  # "" for the core group
     version: str
@@ -23,6 +26,7 @@ class ResourceType:
     custom: bool = False  # a CRD-backed resource: no unconditional PUT, strict validation of spec.data
     status_subresource: bool = False  # status changes do not bump metadata.generation
     field_selectors: tuple[str, ...] = ("metadata.name", "metadata.namespace")
+    namespaced: bool = True
 
     @property
     def api_version(self) -> str:
@@ -70,7 +74,36 @@ WORKER_METADATA = ResourceType(
     short_names=("dwm",),
     custom=True,
 )
-ALL_RESOURCES = (PODS, ENDPOINT_SLICES, WORKER_METADATA)
+# what a rig needs to make pods as a kubelet-less cluster would (tests/kube/rig.py on a real cluster)
+NODES = ResourceType(
+    group="",
+    version="v1",
+    plural="nodes",
+    singular="node",
+    kind="Node",
+    short_names=("no",),
+    field_selectors=("metadata.name",),
+    namespaced=False,
+)
+SERVICES = ResourceType(
+    group="",
+    version="v1",
+    plural="services",
+    singular="service",
+    kind="Service",
+    short_names=("svc",),
+)
+CUSTOM_RESOURCE_DEFINITIONS = ResourceType(
+    group="apiextensions.k8s.io",
+    version="v1",
+    plural="customresourcedefinitions",
+    singular="customresourcedefinition",
+    kind="CustomResourceDefinition",
+    short_names=("crd", "crds"),
+    field_selectors=("metadata.name",),
+    namespaced=False,
+)
+ALL_RESOURCES = (PODS, ENDPOINT_SLICES, WORKER_METADATA, NODES, SERVICES, CUSTOM_RESOURCE_DEFINITIONS)
 
 
 def find_resource(group: str, version: str, plural: str) -> ResourceType | None:
@@ -148,7 +181,7 @@ def api_resource_list(group: str, version: str) -> dict[str, Any] | None:
         {
             "name": rt.plural,
             "singularName": rt.singular,
-            "namespaced": True,
+            "namespaced": rt.namespaced,
             "kind": rt.kind,
             "verbs": list(VERBS),
             **({"shortNames": list(rt.short_names)} if rt.short_names else {}),

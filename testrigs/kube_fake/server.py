@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 from testrigs.kubeconfig import write_kubeconfig
 
 from .api import Faults, KubeApi, Request
+from .controllers import crd_establisher
 from .objects import (
     DISCOVERY_LABEL,
     MANAGED_BY_LABEL,
@@ -79,6 +80,7 @@ class FakeKubeServer:
         self._httpd: HttpServer | None = None
         self._thread: threading.Thread | None = None
         self._held: socket.socket | None = None  # the port kept while stopped (bound, not listening)
+        self.store.add_hook(crd_establisher(self.store, self.set_crd_installed))
         if auto_endpoint_slices:
             self.store.add_hook(self._sync_auto_slice)
 
