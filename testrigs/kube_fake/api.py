@@ -216,14 +216,18 @@ class KubeApi:
             group, version, rest = parts[1], parts[2], parts[3:]
         else:
             raise st.path_not_found()
-        if len(rest) == 1:
-            namespace, plural, name = None, rest[0], None
+        if len(rest) == 1 or (rest[:1] == ["namespaces"] and len(rest) == 2):  # cluster scope, or all namespaces
+            namespace, plural, name = None, rest[0], (rest[1] if len(rest) == 2 else None)
         elif len(rest) in (3, 4) and rest[0] == "namespaces":
             namespace, plural, name = rest[1], rest[2], (rest[3] if len(rest) == 4 else None)
         else:
             raise st.path_not_found()
         rt = res.find_resource(group, version, plural)
         if rt is None or (rt.custom and not self.crd_installed):
+            raise st.path_not_found()
+        if name is not None and namespace is None and rt.namespaced:
+            raise st.path_not_found()
+        if namespace is not None and not rt.namespaced:
             raise st.path_not_found()
         return self._resource(req, rt, namespace, name)
 
@@ -266,13 +270,16 @@ class KubeApi:
         fields = FieldSelector.parse(req.param("fieldSelector"), rt.field_selectors)
         if name is not None:
             fields = FieldSelector((*fields.terms, ("metadata.name", True, name)))
-        return Selection(namespace, LabelSelector.parse(req.param("labelSelector")), fields)
+        scope = namespace if rt.namespaced else None
+        return Selection(scope, LabelSelector.parse(req.param("labelSelector")), fields)
 
     def _resource(self, req: Request, rt: ResourceType, namespace: str | None, name: str | None) -> Reply | WatchReply:
         verb = self._verb(req, name)
         self.faults.check(rt, verb, namespace, name)
-        if namespace is None and verb not in ("list", "watch"):
+        if namespace is None and rt.namespaced and verb not in ("list", "watch"):
             raise st.ApiError(405, f"{verb} is not supported across all namespaces")
+        if not rt.namespaced:
+            namespace = ""  # where the store keeps cluster-scoped objects
         if verb == "watch":
             return self._watch(req, rt, self._selection(req, rt, namespace, name))
         if verb == "list":
