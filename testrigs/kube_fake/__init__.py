@@ -7,13 +7,14 @@ watches (replay, 410 on compacted history, bookmarks). See :class:`FakeKubeServe
 """
 
 from .objects import DISCOVERY_LABEL
-from .resources import ENDPOINT_SLICES, PODS, WORKER_METADATA, ResourceType
+from .resources import ENDPOINT_SLICES, NAMESPACES, PODS, WORKER_METADATA, ResourceType
 from .server import AUTO_SLICE_NAME, FakeKubeServer, RecordedRequest
 
 __all__ = [
     "AUTO_SLICE_NAME",
     "DISCOVERY_LABEL",
     "ENDPOINT_SLICES",
+    "NAMESPACES",
     "PODS",
     "WORKER_METADATA",
     "FakeKubeServer",

@@ -218,19 +218,19 @@ class KubeApi:
         else:
             raise st.path_not_found()
         subresource = rest.pop() if len(rest) == 5 and rest[0] == "namespaces" else None
-        if len(rest) in (1, 2):  # across namespaces, or a cluster-scoped resource (stored under "")
+        if len(rest) in (1, 2):  # across namespaces, or a cluster-scoped object (by name)
             namespace, plural, name = None, rest[0], (rest[1] if len(rest) == 2 else None)
         elif len(rest) in (3, 4) and rest[0] == "namespaces":
             namespace, plural, name = rest[1], rest[2], (rest[3] if len(rest) == 4 else None)
         else:
             raise st.path_not_found()
         rt = res.find_resource(group, version, plural)
-        if rt is None or (rt.custom and not self.crd_installed) or (rt.namespaced and len(rest) == 2):
+        if rt is None or (rt.custom and not self.crd_installed):
             raise st.path_not_found()
-        if not rt.namespaced:
-            if namespace is not None:
-                raise st.path_not_found()
-            namespace = ""
+        if name is not None and namespace is None and rt.namespaced:
+            raise st.path_not_found()
+        if namespace is not None and not rt.namespaced:
+            raise st.path_not_found()
         if subresource is not None:
             if subresource != "status" or not rt.status_subresource:
                 raise st.path_not_found()
@@ -277,13 +277,16 @@ class KubeApi:
         fields = FieldSelector.parse(req.param("fieldSelector"), rt.field_selectors)
         if name is not None:
             fields = FieldSelector((*fields.terms, ("metadata.name", True, name)))
-        return Selection(namespace, LabelSelector.parse(req.param("labelSelector")), fields)
+        scope = namespace if rt.namespaced else None
+        return Selection(scope, LabelSelector.parse(req.param("labelSelector")), fields)
 
     def _resource(self, req: Request, rt: ResourceType, namespace: str | None, name: str | None) -> Reply | WatchReply:
         verb = self._verb(req, name)
         self.faults.check(rt, verb, namespace, name)
-        if namespace is None and verb not in ("list", "watch"):
+        if namespace is None and rt.namespaced and verb not in ("list", "watch"):
             raise st.ApiError(405, f"{verb} is not supported across all namespaces")
+        if not rt.namespaced:
+            namespace = ""  # where the store keeps cluster-scoped objects
         if verb == "watch":
             return self._watch(req, rt, self._selection(req, rt, namespace, name))
         if verb == "list":

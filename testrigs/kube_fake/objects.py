@@ -151,3 +151,22 @@ def build_endpoint_slice(
         "endpoints": endpoints,
         "ports": [{"name": "http", "port": 8000, "protocol": "TCP"}],
     }
+
+
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+
+
+def build_namespace(name: str) -> dict[str, Any]:
+    """An active Namespace as the API server stores it (name label, ``kubernetes`` finalizer)."""
+    return with_namespace_defaults({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+
+
+def with_namespace_defaults(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` (a Namespace being created) with what the server adds: the immutable name label,
+    ``spec.finalizers: [kubernetes]`` and ``status.phase: Active``."""
+    namespace = copy.deepcopy(body)
+    meta = namespace.setdefault("metadata", {})
+    meta["labels"] = {**(meta.get("labels") or {}), NAMESPACE_NAME_LABEL: meta.get("name", "")}
+    namespace["spec"] = {"finalizers": ["kubernetes"], **(namespace.get("spec") or {})}
+    namespace["status"] = {"phase": "Active"}
+    return namespace

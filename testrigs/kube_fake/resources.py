@@ -6,16 +6,14 @@ from dataclasses import dataclass
 from typing import Any
 
 VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
+CUSTOM_VERBS = ("delete", "deletecollection", "get", "list", "patch", "create", "update", "watch")  # the CRD's order
 CUSTOM_GROUP = "nvidia.com"
 CUSTOM_VERSION = "v1alpha1"
 
 
 @dataclass(frozen=True)
 class ResourceType:
-    """One REST resource: where it lives in the URL space and how it behaves.
-
-    Cluster-scoped objects (``namespaced=False``) are stored under the namespace ``""``.
-    """
+    """One REST resource: where it lives in the URL space and how it behaves."""
 
     group: str  # "" for the core group
     version: str
@@ -26,7 +24,9 @@ class ResourceType:
     custom: bool = False  # a CRD-backed resource: no unconditional PUT, strict validation of spec.data
     status_subresource: bool = False  # status changes do not bump metadata.generation
     field_selectors: tuple[str, ...] = ("metadata.name", "metadata.namespace")
-    namespaced: bool = True
+    namespaced: bool = True  # False: cluster-scoped (stored under namespace "")
+    verbs: tuple[str, ...] = VERBS
+    storage_version_hash: str = "kube-fake"
 
     @property
     def api_version(self) -> str:
@@ -73,6 +73,20 @@ WORKER_METADATA = ResourceType(
     kind="DynamoWorkerMetadata",
     short_names=("dwm",),
     custom=True,
+    verbs=CUSTOM_VERBS,
+    storage_version_hash="cYGDN691EsU=",  # what kube-apiserver 1.28 derives for this group/version/kind
+)
+NAMESPACES = ResourceType(
+    group="",
+    version="v1",
+    plural="namespaces",
+    singular="namespace",
+    kind="Namespace",
+    short_names=("ns",),
+    status_subresource=True,
+    field_selectors=("metadata.name", "status.phase"),
+    namespaced=False,
+    verbs=("create", "delete", "get", "list", "patch", "update", "watch"),
 )
 # what a rig needs to make pods as a kubelet-less cluster would (tests/kube/rig.py on a real cluster)
 NODES = ResourceType(
@@ -103,7 +117,8 @@ CUSTOM_RESOURCE_DEFINITIONS = ResourceType(
     field_selectors=("metadata.name",),
     namespaced=False,
 )
-ALL_RESOURCES = (PODS, ENDPOINT_SLICES, WORKER_METADATA, NODES, SERVICES, CUSTOM_RESOURCE_DEFINITIONS)
+# core v1 lists its resources in this order
+ALL_RESOURCES = (NAMESPACES, NODES, PODS, SERVICES, ENDPOINT_SLICES, WORKER_METADATA, CUSTOM_RESOURCE_DEFINITIONS)
 
 
 def find_resource(group: str, version: str, plural: str) -> ResourceType | None:
@@ -126,15 +141,15 @@ def resolve_resource(name: str | ResourceType) -> ResourceType:
 
 
 def version_info() -> dict[str, Any]:
-    """``GET /version``."""
+    """``GET /version`` (and ``/version/``): the build the transcripts in tests/fixtures were recorded against."""
     return {
         "major": "1",
-        "minor": "31",
-        "gitVersion": "v1.31.0-kube-fake",
-        "gitCommit": "0000000000000000000000000000000000000000",
+        "minor": "28",
+        "gitVersion": "v1.28.7",
+        "gitCommit": "c8dcb00be9961ec36d141d2e4103f85f92bcf291",
         "gitTreeState": "clean",
-        "buildDate": "2024-08-13T00:00:00Z",
-        "goVersion": "go1.22.5",
+        "buildDate": "1970-01-01T00:00:00Z",
+        "goVersion": "go1.21.13",
         "compiler": "gc",
         "platform": "linux/amd64",
     }
@@ -183,9 +198,9 @@ def api_resource_list(group: str, version: str) -> dict[str, Any] | None:
             "singularName": rt.singular,
             "namespaced": rt.namespaced,
             "kind": rt.kind,
-            "verbs": list(VERBS),
+            "verbs": list(rt.verbs),
             **({"shortNames": list(rt.short_names)} if rt.short_names else {}),
-            "storageVersionHash": "kube-fake",
+            "storageVersionHash": rt.storage_version_hash,
         }
         for rt in ALL_RESOURCES
         if (rt.group, rt.version) == (group, version)

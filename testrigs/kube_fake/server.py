@@ -27,7 +27,7 @@ from .objects import (
     pod_is_ready,
     with_readiness,
 )
-from .resources import ENDPOINT_SLICES, PODS, WORKER_METADATA, ResourceType, resolve_resource
+from .resources import ENDPOINT_SLICES, NAMESPACES, PODS, WORKER_METADATA, ResourceType, resolve_resource
 from .selectors import Selection
 from .store import Store
 from .transport import HttpServer
@@ -50,7 +50,7 @@ class RecordedRequest(NamedTuple):
 
 
 class FakeKubeServer:
-    """A loopback, plain-HTTP Kubernetes API server for Pods, EndpointSlices and DynamoWorkerMetadata.
+    """A loopback, plain-HTTP Kubernetes API server for Pods, EndpointSlices, DynamoWorkerMetadata and Namespaces.
 
     Every test-control method is thread-safe and may be called while clients are connected.
     Objects returned by it are copies.
@@ -242,13 +242,16 @@ class FakeKubeServer:
         return copy.deepcopy(self.store.put(resolve_resource(resource), obj))
 
     def get(self, resource: ResourceRef, name: str, namespace: str = "default") -> dict[str, Any] | None:
-        return copy.deepcopy(self.store.find(resolve_resource(resource), namespace, name))
+        """The object (a copy), or None; ``namespace`` is ignored for cluster-scoped resources."""
+        rt = resolve_resource(resource)
+        return copy.deepcopy(self.store.find(rt, namespace if rt.namespaced else "", name))
 
     def delete(
         self, resource: ResourceRef, name: str, namespace: str = "default", cascade: bool = True
     ) -> dict[str, Any]:
         """Delete an object (KeyError if absent); dependents are garbage-collected when ``cascade``."""
         rt = resolve_resource(resource)
+        namespace = namespace if rt.namespaced else ""
         if self.store.find(rt, namespace, name) is None:
             raise KeyError(f"{rt.plural} {namespace}/{name} not found")
         return copy.deepcopy(self.store.delete(rt, namespace, name, cascade=cascade))
@@ -256,6 +259,21 @@ class FakeKubeServer:
     def objects(self, resource: ResourceRef, namespace: str | None = None) -> list[dict[str, Any]]:
         """A snapshot of every object of ``resource`` (in ``namespace``, or all)."""
         return copy.deepcopy(self.store.select(resolve_resource(resource), Selection(namespace)))
+
+    # ----- namespaces ----------------------------------------------------------------------------
+    def create_namespace(self, name: str) -> dict[str, Any]:
+        """The Namespace ``name`` (created when missing; ``default`` exists from the start).
+
+        The API refuses to create objects in a missing namespace (404 ``namespaces "x" not found``); the
+        test-control methods (``upsert``, ``create_pod``, …) create it implicitly instead.
+        """
+        return copy.deepcopy(self.store.ensure_namespace(name))
+
+    def delete_namespace(self, name: str) -> dict[str, Any]:
+        """Delete the Namespace ``name`` and every object in it at once (KeyError if absent)."""
+        if not self.store.namespace_exists(name):
+            raise KeyError(f"namespace {name} not found")
+        return copy.deepcopy(self.store.delete(NAMESPACES, "", name))
 
     # ----- pods ----------------------------------------------------------------------------------
     def create_pod(

@@ -21,8 +21,8 @@ from typing import Any
 
 from . import status as st
 from .apply import ApplyConflict, dotted, merge_patch, record_update, server_side_apply
-from .objects import now
-from .resources import ALL_RESOURCES, ResourceType
+from .objects import build_namespace, now, with_namespace_defaults
+from .resources import ALL_RESOURCES, NAMESPACES, ResourceType
 from .selectors import Selection
 from .watch import INITIAL_EVENTS_END, Change, Watcher, bookmark
 
@@ -94,7 +94,7 @@ def _uid_mismatch(rt: ResourceType, name: str, wanted: str, old: dict[str, Any])
 class Store:
     """All objects of all resources, behind one re-entrant lock."""
 
-    def __init__(self, history_limit: int = 1000):
+    def __init__(self, history_limit: int = 1000, namespaces: tuple[str, ...] = ("default",)):
         self._lock = threading.RLock()
         self._rv = 0
         self._objects: dict[ResourceType, dict[Key, dict[str, Any]]] = {rt: {} for rt in ALL_RESOURCES}
@@ -104,6 +104,8 @@ class Store:
         self._watchers: set[Watcher] = set()
         self._snapshots: OrderedDict[str, tuple[int, list[dict[str, Any]]]] = OrderedDict()
         self._hooks: list[Hook] = [self._collect_garbage]
+        for namespace in namespaces:
+            self.ensure_namespace(namespace)
 
     def locked(self) -> threading.RLock:
         """The store lock, for a read-modify-write that must not interleave with other writes."""
@@ -248,7 +250,7 @@ class Store:
         self._rv += 1
         key_source = new if new is not None else old
         assert key_source is not None
-        key = (_meta(key_source)["namespace"], _meta(key_source)["name"])
+        key = (_meta(key_source).get("namespace", ""), _meta(key_source)["name"])
         if new is not None:
             new["metadata"]["resourceVersion"] = str(self._rv)
             self._objects[rt][key] = new
@@ -284,7 +286,11 @@ class Store:
         obj = copy.deepcopy(new)
         obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
         meta = obj.setdefault("metadata", {})
-        meta.update(name=name, namespace=namespace)
+        meta["name"] = name
+        if rt.namespaced:
+            meta["namespace"] = namespace
+        else:
+            meta.pop("namespace", None)
         meta.pop("resourceVersion", None)
         if old is None:
             meta["uid"] = uid or str(uuid.uuid4())
@@ -332,9 +338,12 @@ class Store:
         validate_name(rt, name)
         assert name is not None
         body = copy.deepcopy(body)
-        if rt.status_subresource:
+        if rt == NAMESPACES:
+            body = with_namespace_defaults({**body, "metadata": {**meta, "name": name}})
+        elif rt.status_subresource:
             body["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
         with self._lock:
+            self.require_namespace(rt, namespace)
             if (namespace, name) in self._objects[rt]:
                 raise st.already_exists(rt, name)
             obj = self._finalize(rt, namespace, name, None, body)
@@ -425,6 +434,8 @@ class Store:
         validate_name(rt, name)
         with self._lock:
             old = self.find(rt, namespace, name)
+            if old is None:
+                self.require_namespace(rt, namespace)
             wanted = _meta(body).get("resourceVersion")
             if wanted and (old is None or wanted != old["metadata"]["resourceVersion"]):
                 raise st.stale(rt, name)
@@ -464,6 +475,8 @@ class Store:
                 )
             if dry_run:
                 return old
+            if rt == NAMESPACES:
+                return self._delete_namespace(old)
             return self._commit(rt, old, None, cascade).current
 
     def delete_collection(
@@ -471,16 +484,52 @@ class Store:
     ) -> builtins.list[dict[str, Any]]:
         with self._lock:
             return [
-                self.delete(rt, _meta(o)["namespace"], _meta(o)["name"], cascade=cascade)
+                self.delete(rt, _meta(o).get("namespace", ""), _meta(o)["name"], cascade=cascade)
                 for o in self.select(rt, selection)
             ]
 
+    # ----- namespaces ---------------------------------------------------------------------------
+    def namespace_exists(self, namespace: str) -> bool:
+        with self._lock:
+            return ("", namespace) in self._objects[NAMESPACES]
+
+    def require_namespace(self, rt: ResourceType, namespace: str) -> None:
+        """404 ``namespaces "x" not found`` when a namespaced object would be created in a missing namespace
+        (the NamespaceLifecycle admission check; lists and reads there just find nothing)."""
+        if rt.namespaced and not self.namespace_exists(namespace):
+            raise st.not_found(NAMESPACES, namespace)
+
+    def ensure_namespace(self, namespace: str) -> dict[str, Any]:
+        """The Namespace ``namespace``, created first when missing."""
+        with self._lock:
+            existing = self.find(NAMESPACES, "", namespace)
+            if existing is not None:
+                return existing
+            return self.put(NAMESPACES, build_namespace(namespace), manager="kube-fake")
+
+    def _delete_namespace(self, namespace: dict[str, Any]) -> dict[str, Any]:
+        """Delete every object in ``namespace``, then the Namespace itself (at once: the namespace controller's
+        work done synchronously). Returns the Namespace as the DELETE answer shows it: Terminating."""
+        name = _meta(namespace)["name"]
+        for rt in ALL_RESOURCES:
+            if rt.namespaced:
+                for obj in self.select(rt, Selection(name)):
+                    if self._objects[rt].get((name, _meta(obj)["name"])) is obj:  # not collected meanwhile
+                        self._commit(rt, obj, None)
+        gone = copy.deepcopy(self._commit(NAMESPACES, namespace, None).current)
+        gone["metadata"]["deletionTimestamp"] = now()
+        gone["status"] = {"phase": "Terminating"}
+        return gone
+
     # ----- writes from the test-control API -----------------------------------------------------
     def put(self, rt: ResourceType, obj: dict[str, Any], manager: str = "kube-fake") -> dict[str, Any]:
-        """Create or overwrite ``obj`` without validation or preconditions (keeps a uid it names)."""
+        """Create or overwrite ``obj`` without validation or preconditions (keeps a uid it names);
+        a namespaced object's namespace is created first when missing."""
         meta = _meta(obj)
-        namespace, name = meta.get("namespace") or "default", meta["name"]
+        namespace, name = (meta.get("namespace") or "default") if rt.namespaced else "", meta["name"]
         with self._lock:
+            if rt.namespaced:
+                self.ensure_namespace(namespace)
             old = self.find(rt, namespace, name)
             new = self._finalize(rt, namespace, name, old, obj, uid=meta.get("uid"), trusted=True)
             if old is not None and meta.get("uid") and meta["uid"] != old["metadata"]["uid"]:

@@ -52,6 +52,7 @@ def test_nodes_are_cluster_scoped(server: FakeKubeServer, api: client.ApiClient)
 def test_services_are_namespaced(api: client.ApiClient):
     core = client.CoreV1Api(api)
     spec = {"selector": {"app": "w"}, "ports": [{"name": "http", "port": 8000}]}
+    core.create_namespace({"metadata": {"name": "team"}})
     core.create_namespaced_service("team", {"metadata": {"name": "workers"}, "spec": spec})
     assert core.read_namespaced_service("workers", "team").spec.selector == {"app": "w"}
     assert core.list_namespaced_service("default").items == []

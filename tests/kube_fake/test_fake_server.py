@@ -214,8 +214,12 @@ def test_discovery_documents(api: client.ApiClient):
     groups = {g.name: g for g in client.ApisApi(api).get_api_versions().groups}
     assert groups["nvidia.com"].preferred_version.group_version == "nvidia.com/v1alpha1"
     assert "discovery.k8s.io" in groups
-    core = {r.name: r.namespaced for r in client.CoreV1Api(api).get_api_resources().resources}
-    assert {"pods": True, "services": True, "nodes": False}.items() <= core.items()
+    assert [r.name for r in client.CoreV1Api(api).get_api_resources().resources] == [
+        "namespaces",
+        "nodes",
+        "pods",
+        "services",
+    ]
     assert [r.name for r in client.DiscoveryV1Api(api).get_api_resources().resources] == ["endpointslices"]
     (crd,) = client.CustomObjectsApi(api).get_api_resources(GROUP, VERSION).resources
     assert (crd.name, crd.kind, crd.namespaced, crd.short_names) == (PLURAL, "DynamoWorkerMetadata", True, ["dwm"])
