@@ -219,11 +219,12 @@ def _shared_crd() -> Object:
 class KubeCluster:
     """One cluster for a test process: its shared Node and CRD, and a fresh namespace per test."""
 
-    def __init__(self, kubeconfig: Path):
+    def __init__(self, kubeconfig: Path, slice_controller: bool | None = None):
+        """``slice_controller``: whether the cluster runs an EndpointSlice controller (None: find out
+        with the first namespace, waiting up to :data:`SLICE_CONTROLLER_GRACE` s for its slice)."""
         self.kubeconfig = kubeconfig
         self.api = ClusterApi(kubeconfig)
-        #: whether the cluster runs an EndpointSlice controller (None: not known yet)
-        self.slice_controller: bool | None = None
+        self.slice_controller = slice_controller
 
     def open_namespace(self) -> RigNamespace:
         """A new namespace (labelled :data:`RIG_LABEL`) with the Node and the CRD there for it, and the
