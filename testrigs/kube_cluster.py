@@ -176,11 +176,18 @@ class ClusterApi:
             stream.release_conn()
 
     def wait_for(
-        self, collection: str, predicate: Callable[[list[Object]], bool], timeout: float, labels: str | None = None
+        self,
+        collection: str,
+        predicate: Callable[[list[Object]], bool],
+        timeout: float,
+        labels: str | None = None,
+        name: str | None = None,
     ) -> bool:
         """Block until ``predicate(objects of collection)`` holds (listed, then followed by a watch);
-        False when ``timeout`` seconds pass first."""
+        False when ``timeout`` seconds pass first. ``labels``: a label selector; ``name``: that object only."""
         query = {"labelSelector": labels} if labels else {}
+        if name is not None:
+            query["fieldSelector"] = f"metadata.name={name}"
         deadline = time.monotonic() + timeout
         while True:
             listed = self.request("GET", collection, query=query)
@@ -188,20 +195,23 @@ class ClusterApi:
             if predicate(list(objects.values())):
                 return True
             version = listed["metadata"]["resourceVersion"]
-            with contextlib.suppress(ClusterError):  # e.g. 410 Gone: list again
+            try:
                 for obj in self._events(collection, {**query, "resourceVersion": version}, deadline - time.monotonic()):
-                    name = obj["metadata"]["name"]
+                    key = obj["metadata"]["name"]
                     if obj.pop("deleted"):
-                        objects.pop(name, None)
+                        objects.pop(key, None)
                     else:
-                        objects[name] = obj
+                        objects[key] = obj
                     if predicate(list(objects.values())):
                         return True
+            except ClusterError as err:
+                if err.status != 410:  # 410 Gone: the version listed is too old by now; list again
+                    raise
             if time.monotonic() >= deadline:
                 return False
 
     def wait_until_gone(self, collection: str, name: str, timeout: float) -> None:
-        if not self.wait_for(collection, lambda objs: all(o["metadata"]["name"] != name for o in objs), timeout):
+        if not self.wait_for(collection, lambda objects: not objects, timeout, name=name):
             raise TimeoutError(f"{collection}/{name} still exists after {timeout} s")
 
 
@@ -275,9 +285,9 @@ class KubeCluster:
             if ready is not None and not ready(found):
 
                 def shows_ready(objects: list[Object]) -> bool:
-                    return any(o["metadata"]["name"] == name and ready(o) for o in objects)
+                    return any(ready(o) for o in objects)
 
-                if not self.api.wait_for(collection, shows_ready, deadline - time.monotonic()):
+                if not self.api.wait_for(collection, shows_ready, deadline - time.monotonic(), name=name):
                     break
             return
         raise TimeoutError(f"{path} was not there and ready within {WAIT} s")
