@@ -422,11 +422,12 @@ class RigNamespace:
 
     def close(self) -> None:
         """Force-delete the pods (no kubelet confirms a graceful delete), then delete the namespace."""
-        with contextlib.suppress(ClusterError):
+        try:
             self._api.delete(
                 f"/api/v1/namespaces/{self.name}/pods", {"gracePeriodSeconds": 0}, query={"gracePeriodSeconds": "0"}
             )
-        self._api.delete(f"{NAMESPACES}/{self.name}")
+        finally:
+            self._api.delete(f"{NAMESPACES}/{self.name}")
 
 
 _DISCOVERY_SELECTOR = f"{DISCOVERY_LABEL}=true"
