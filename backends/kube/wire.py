@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import socket
 import ssl
 import time
@@ -67,6 +68,28 @@ FORBIDDEN_HINT = (
 
 class Gone(Exception):
     """The resourceVersion a watch or list continued from is too old (HTTP 410): list again."""
+
+
+class CutStream(urllib3.exceptions.ProtocolError):
+    """A watch stream ended inside an event (the connection was cut mid-line): a transport error,
+    so the watch resumes from the last version it delivered. orjson calls the truncated UTF-8 of a
+    character outside the BMP "surrogates not allowed", which is how such a cut used to show."""
+
+
+#: characters a YAML 1.1 reader (the API server's, for apply bodies) refuses as literal text (DEL,
+#: C1 controls, U+FFFE, U+FFFF), folds as line breaks inside a quoted string (NEL, U+2028, U+2029)
+#: or may take for a byte-order mark (U+FEFF), as UTF-8: they travel as JSON escapes instead
+_NOT_LITERAL_IN_YAML = re.compile(rb"\x7f|\xc2[\x80-\x9f]|\xe2\x80[\xa8\xa9]|\xef\xbb\xbf|\xef\xbf[\xbe\xbf]")
+
+
+def apply_body(obj: Any) -> bytes:
+    """``obj`` as the body of an ``application/apply-patch+yaml`` request: JSON text (which YAML
+    reads) with every character as literal UTF-8, because the API server's YAML decoder refuses
+    the surrogate-pair escapes (``\\ud83d\\ude80``) JSON writers use for characters outside the
+    BMP (400 "found invalid Unicode character escape code"); only the characters YAML cannot
+    carry literally are escaped (BMP escapes, which it accepts)."""
+    text = orjson.dumps(obj)
+    return _NOT_LITERAL_IN_YAML.sub(lambda found: b"\\u%04x" % ord(found.group().decode()), text)
 
 
 def status_message(exc: ApiException) -> str:
@@ -311,7 +334,10 @@ class KubeApi:
         try:
             chunks = response.stream(amt=None, decode_content=False)
             for line in split_lines(chunks, f"the Kubernetes API server {self.server}"):
-                event = orjson.loads(line)
+                try:
+                    event = orjson.loads(line)
+                except orjson.JSONDecodeError as exc:  # only the last line can lack its end: a cut stream
+                    raise CutStream(f"the watch stream ended inside an event ({exc})") from None
                 if event.get("type") == "ERROR":
                     status = event.get("object") or {}
                     if status.get("code") == 410:
@@ -340,29 +366,67 @@ class KubeApi:
 
     # -- writes -------------------------------------------------------------------------------------
     def apply_worker_metadata(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        """Server-side apply of the whole CR as field manager ``dynamo-worker``, forcing ownership.
+        """Server-side apply of the whole CR as field manager ``dynamo-worker``, forcing ownership,
+        its text as the server's YAML decoder reads it (:func:`apply_body`).
 
         Returns the stored object (read raw: the client's typed answer is None for 201 Created).
+        The official client serialises a dict body itself (with escapes the server refuses), so the
+        prepared bytes go out through the client's own request path: its generic request methods
+        where it has them (releases from 37 on, whose typed methods accept only a dict), else its
+        typed method, to which a content type with a charset parameter passes bytes unchanged.
         """
-        # the client types its answer as object; without preloading the content, it is the raw response
-        response = cast(
-            urllib3.HTTPResponse,
-            self.custom.patch_namespaced_custom_object(
-                group=GROUP,
-                version=VERSION,
-                namespace=self.namespace,
-                plural=PLURAL,
-                name=name,
-                body=body,
-                field_manager=FIELD_MANAGER,
-                force=True,
-                _content_type=APPLY_CONTENT_TYPE,
-                _request_timeout=self._timeout,
-                _preload_content=False,
-            ),
-        )
+        data = apply_body(body)
+        if hasattr(self.api_client, "param_serialize"):
+            response = self._apply_prepared(name, data)
+        else:  # the client answers as object; without preloading the content, it is the raw response
+            response = cast(
+                urllib3.HTTPResponse,
+                self.custom.patch_namespaced_custom_object(
+                    group=GROUP,
+                    version=VERSION,
+                    namespace=self.namespace,
+                    plural=PLURAL,
+                    name=name,
+                    body=data,
+                    field_manager=FIELD_MANAGER,
+                    force=True,
+                    _content_type=f"{APPLY_CONTENT_TYPE}; charset=utf-8",
+                    _request_timeout=self._timeout,
+                    _preload_content=False,
+                ),
+            )
         stored: dict[str, Any] = _read_json(response)
         return stored
+
+    def _apply_prepared(self, name: str, data: bytes) -> Any:
+        """PATCH the apply body ``data`` through the client's generic request methods; the raw
+        response, ApiException (as the typed methods raise it) for an answer that is not 2xx."""
+        method, url, headers, body, _ = self.api_client.param_serialize(
+            method="PATCH",
+            resource_path="/apis/{group}/{version}/namespaces/{namespace}/{plural}/{name}",
+            path_params={
+                "group": GROUP,
+                "version": VERSION,
+                "namespace": self.namespace,
+                "plural": PLURAL,
+                "name": name,
+            },
+            query_params=[("fieldManager", FIELD_MANAGER), ("force", True)],
+            header_params={"Content-Type": APPLY_CONTENT_TYPE, "Accept": "application/json"},
+            body=data,
+            auth_settings=["BearerToken"],
+        )
+        response = self.api_client.call_api(
+            method, url, header_params=headers, body=body, _request_timeout=self._timeout
+        )
+        raw = response.response  # urllib3's, unread
+        if not 200 <= raw.status <= 299:
+            try:
+                response.read()
+            finally:
+                raw.release_conn()
+            raise ApiException(http_resp=response)
+        return raw
 
     def delete_worker_metadata(self, name: str, uid: str | None = None) -> bool:
         """Delete the CR (only the object with ``uid`` when given); False when it was not there."""
