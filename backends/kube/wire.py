@@ -387,7 +387,7 @@ class KubeApi:
                     namespace=self.namespace,
                     plural=PLURAL,
                     name=name,
-                    body=data,
+                    body=cast(Any, data),  # typed for the releases that take only a dict
                     field_manager=FIELD_MANAGER,
                     force=True,
                     _content_type=f"{APPLY_CONTENT_TYPE}; charset=utf-8",
