@@ -30,6 +30,7 @@ from discovery_sync.errors import BackendUnavailable, DiscoveryError
 from discovery_sync.ndjson import split_lines
 
 from .options import OPTIONS
+from .refusals import explain_refusal, status_message
 
 log = logging.getLogger("discovery_sync.backends.kube")
 
@@ -54,16 +55,6 @@ SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/names
 
 #: errors that mean "the API server could not be reached or talked to", worth retrying
 TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, OSError)
-
-CRD_MISSING_HINT = (
-    "the DynamoWorkerMetadata resource type (dynamoworkermetadatas.nvidia.com) does not exist: "
-    "install the DynamoWorkerMetadata CRD (discovery_sync/backends/kube/manifests/crd.yaml)"
-)
-FORBIDDEN_HINT = (
-    "access denied: grant the RBAC printed by `discovery-sync manifests --rbac` (in the package: "
-    "discovery_sync/backends/kube/manifests/rbac.yaml; kubectl apply -n <namespace> -f it) to this pod's "
-    "service account (or, reading from outside the cluster, to your user)"
-)
 
 
 class Gone(Exception):
@@ -90,18 +81,6 @@ def apply_body(obj: Any) -> bytes:
     carry literally are escaped (BMP escapes, which it accepts)."""
     text = orjson.dumps(obj)
     return _NOT_LITERAL_IN_YAML.sub(lambda found: b"\\u%04x" % ord(found.group().decode()), text)
-
-
-def status_message(exc: ApiException) -> str:
-    """``403 Forbidden: <the server's message>`` for an ApiException."""
-    message = ""
-    if exc.body:
-        try:
-            message = orjson.loads(exc.body).get("message", "")
-        except (orjson.JSONDecodeError, AttributeError):
-            message = str(exc.body)[:200]
-    text = f"{exc.status} {exc.reason or ''}".strip()
-    return f"{text}: {message}" if message else text
 
 
 _CAUSES: list[tuple[tuple[type[BaseException], ...], str]] = [
@@ -153,16 +132,17 @@ def unreachable(exc: BaseException) -> bool:
     return isinstance(exc, TRANSPORT_ERRORS)
 
 
-def explain(exc: BaseException, action: str, server: str | None = None) -> str:
-    """A message for a failed ``action`` that says what to do about the usual causes (one line)."""
+def explain(exc: BaseException, action: str, server: str | None = None, *, namespace: str | None = None) -> str:
+    """A message for a failed ``action`` that says what to do about the usual causes (one line).
+
+    Refusals are named by what they mean (:mod:`.refusals`): bad credentials, the permission that
+    is missing, the CRD or the namespace that does not exist. ``namespace``: the client's, named in
+    the fix when the server's message does not name it."""
     if isinstance(exc, DiscoveryError):  # ours (a stream line over the bound): it says what happened already
         return f"{action} failed: {exc}"
     if isinstance(exc, ApiException):
-        if exc.status == 404:
-            return f"{action} failed: {CRD_MISSING_HINT} ({status_message(exc)})"
-        if exc.status in (401, 403):
-            return f"{action} failed: {FORBIDDEN_HINT} ({status_message(exc)})"
-        return f"{action} failed: {status_message(exc)}"
+        meaning = explain_refusal(exc, namespace)
+        return f"{action} failed: {meaning or status_message(exc)}"
     where = f" {server}" if server else ""
     return f"{action} failed: cannot reach the Kubernetes API server{where} ({transport_cause(exc)})"
 
@@ -255,6 +235,7 @@ class KubeApi:
         self.custom = client.CustomObjectsApi(api_client)
         self.version = client.VersionApi(api_client)
         self.core = core = client.CoreV1Api(api_client)
+        self.authorization = client.AuthorizationV1Api(api_client)
         discovery = client.DiscoveryV1Api(api_client)
         self.worker_metadata = Resource(
             PLURAL,
@@ -363,6 +344,27 @@ class KubeApi:
             raise
         pod: dict[str, Any] = _read_json(cast(urllib3.HTTPResponse, response))
         return pod
+
+    def review_access(self, verb: str, group: str, resource: str) -> dict[str, Any]:
+        """Whether this client's credentials may ``verb`` the ``resource`` of API ``group`` ("" for
+        the core group) in this namespace: a SelfSubjectAccessReview, whose ``status`` (``allowed``,
+        ``denied``, ``reason``, ``evaluationError``) is returned. Raises what the request raises."""
+        attributes = client.V1ResourceAttributes(namespace=self.namespace, verb=verb, group=group, resource=resource)
+        review = client.V1SelfSubjectAccessReview(
+            api_version="authorization.k8s.io/v1",
+            kind="SelfSubjectAccessReview",
+            spec=client.V1SelfSubjectAccessReviewSpec(resource_attributes=attributes),
+        )
+        # the client types its answer as a model; without preloading the content, it is the raw response
+        response = cast(
+            urllib3.HTTPResponse,
+            self.authorization.create_self_subject_access_review(
+                review, _preload_content=False, _request_timeout=self._timeout
+            ),
+        )
+        answer = _read_json(response)
+        status = answer.get("status") if isinstance(answer, dict) else None
+        return status if isinstance(status, dict) else {}
 
     # -- writes -------------------------------------------------------------------------------------
     def apply_worker_metadata(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
