@@ -113,13 +113,15 @@ def diagnose_access(api: KubeApi, mode: str) -> tuple[dict[str, Any], list[str]]
         if mode not in permission.modes:
             checked[permission.name] = f"{result}: not needed in {mode} mode"
             continue
-        whom = "the service account the workers run as (or to the user whose credentials these are)"
+        whom = "the service account the workers run as, or to the user these credentials belong to"
         problems.append(
             f'this client may not {permission.name} in the namespace "{api.namespace}": {permission.needed_for}; '
             f"{rbac_fix(api.namespace, whom)}"
         )
     if problems:
-        meaning = f"{len(problems)} of the permissions this backend uses in {mode} mode are missing (see below)"
+        needed = sum(mode in p.modes for p in PERMISSIONS)
+        missing = f"{len(problems)} of the {needed} permissions this backend uses in {mode} mode"
+        meaning = f"{missing} {'is' if len(problems) == 1 else 'are'} missing (each is named below with its fix)"
     else:
         meaning = f'every permission this backend uses in {mode} mode is granted in the namespace "{api.namespace}"'
     return {"namespace": api.namespace, "checked": checked, "meaning": meaning}, problems

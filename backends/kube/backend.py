@@ -473,11 +473,13 @@ class KubeDiscovery(Discovery):
         return report
 
     def _diagnose(self, report: dict[str, Any]) -> None:
+        try:  # a view still listing (doctor asks at once) is no problem yet
+            self.daemon.wait_ready(self.ready_timeout)
+        except BackendUnavailable as exc:
+            report["problems"].append(f"the discovery view is {self.daemon.state.value}: {exc}")
         details = self.status()
         del details["instance_id"]  # the report's own (hex; none for a client whose id names nothing)
         report.update(details)
-        if self.daemon.state is not State.READY:
-            report["problems"].append(f"the discovery view is {self.daemon.state.value}: {self.daemon.reason}")
 
     # -- lifecycle ----------------------------------------------------------------------------------
     def _close(self) -> None:
