@@ -123,3 +123,12 @@ def test_a_denied_readiness_list_names_endpointslices(tmp_path):
     recorded = step("rbac_denials", "variant no-list-eps: library LIST endpointslices (label selector)")
     _, message = refusal(recorded, tmp_path, lambda api: api.list_page(api.endpoint_slices))
     assert 'may not list endpointslices.discovery.k8s.io in the namespace "rbac-no-list-eps"' in message
+
+
+def test_a_body_given_as_bytes_is_read_as_text_too():
+    """Clients older than the one installed kept the raw bytes as the body: no ``b'...'`` repr either way."""
+    recorded = step("crd_missing", "the library's LIST before the CRD is installed")
+    exc = ApiException(status=404, reason="Not Found")
+    exc.body = recorded.response["body"].encode()
+    assert status_message(exc) == "404 Not Found: 404 page not found"
+    assert "install the DynamoWorkerMetadata CRD" in explain(exc, "listing")
