@@ -68,6 +68,19 @@ def test_each_missing_permission_the_mode_needs_is_a_problem_naming_it_and_the_f
     assert sum(result == "allowed" for result in checked.values()) == len(PERMISSIONS) - 3
 
 
+def test_container_mode_needs_pods_not_endpointslices(server, connect_as):
+    reader = connect_as(read_only=True, mode="container")
+    server.deny(ENDPOINT_SLICES, "*")
+    server.deny(PODS, "watch")
+    report = reader.diagnose()
+    assert [p.split(":")[0] for p in permission_problems(report)] == [
+        'this client may not watch pods in the namespace "default"'
+    ]
+    checked = report["permissions"]["checked"]
+    assert checked["list endpointslices.discovery.k8s.io"] == "missing: not needed in container mode"
+    assert checked["watch endpointslices.discovery.k8s.io"] == "missing: not needed in container mode"
+
+
 def test_a_refused_list_is_explained_by_the_permission_check_too(server, pod_client):
     client = pod_client("worker-0")
     server.deny(WORKER_METADATA, "list")
