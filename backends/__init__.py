@@ -20,7 +20,8 @@ The roles every backend has, and the module holding each (``memory.py`` holds th
   (the rescan thread and its schedule), sight (judging liveness or not), own (this client's
   files), cohort (claims and fencing), garbage (collect_garbage), timing, doctor, locks,
   softlock, failover, missed, mounts, permissions, names (which names are records) and sweep
-  (removal of the dead); kube's identity, served (the index the view serves from) and keeper
-  (the connection state, and applying a deleted CR again).
+  (removal of the dead); kube's identity, served (the index the view serves from), keeper
+  (the connection state, and applying a deleted CR again), refusals (what a 401/403/404 means
+  and what to do) and access (the permissions doctor reviews).
   tests/test_repository.py checks that every name in the table exists where it says.
 """

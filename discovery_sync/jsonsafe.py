@@ -7,13 +7,22 @@ A storable value is built only from:
 * ``list`` (subclasses too) and ``tuple`` (exactly ``tuple``; stored as an array, so it reads
   back as a list);
 * ``str`` (subclasses too) holding valid Unicode (no lone surrogates);
-* ``int`` (subclasses such as ``IntEnum`` too; not ``bool``) from ``-2**63`` to ``2**64 - 1``,
-  the range ``serde_json`` reads as an integer (beyond it, it reads a rounded float);
-* ``float`` (exactly ``float``) that is finite: JSON has no NaN or infinity;
+* ``int`` (subclasses such as ``IntEnum`` too; not ``bool``) from ``-2**63`` to ``2**63 - 1``,
+  the range the Kubernetes API server keeps exact (it turns larger integers into rounded
+  floats; ``serde_json`` would read up to ``2**64 - 1``);
+* ``float`` (exactly ``float``) that is finite (JSON has no NaN or infinity), not ``-0.0`` (the
+  API server stores it as ``0``) and not a whole number the API server writes back as another
+  integer (from ``2**53`` on, where it prints the shortest digits padded with zeros: ``2.0**60``
+  comes back as ``1152921504606847000``); ``1.0`` comes back as ``1``, an equal number;
 * ``bool`` and ``None``;
 
 nested at most :data:`MAX_DEPTH` levels, the record itself counting as the first: ``serde_json``
 stops at 128 levels, and a Kubernetes watch event wraps each record in five more.
+
+The number rules hold for what callers put in a record (cards, metadata, opaque transports), so
+that a record valid on one backend is valid on all (:func:`numbers_kept`); a record's own id
+(``instance_id``, ``publisher_id``: ``0 .. 2**64 - 1``, checked by the identity types) is the
+library's, and only the serialisable range, ``-2**63 .. 2**64 - 1``, binds it.
 
 Readers apply the same limit: :func:`too_deep` is the one depth test of :func:`storable` and of
 the parse of a stored record (``discovery_sync.model.instance_from_json``), so a record
@@ -36,6 +45,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any
 
 import orjson
@@ -43,19 +53,22 @@ import orjson
 from .errors import ValidationError
 from .validation import is_unicode
 
+#: the integers orjson writes (and serde_json reads back exact): a record's own id may use all of them
 MIN_INT = -(2**63)
 MAX_INT = 2**64 - 1
+#: the integers every store keeps exact, the Kubernetes API server's int64 (what callers store)
+MAX_EXACT_INT = 2**63 - 1
 MAX_DEPTH = 100
 
 ALLOWED = (
-    "JSON holds objects with string keys, arrays, strings, integers from -2**63 to 2**64-1, "
+    "JSON holds objects with string keys, arrays, strings, integers from -2**63 to 2**63-1, "
     "finite numbers, true, false and null"
 )
 
 _Problem = tuple[str, str]  # (path, what is wrong there)
 
 
-def storable(value: Any, subject: Callable[[], str]) -> Any:
+def storable(value: Any, subject: Callable[[], str], own_id: str | None = None) -> Any:
     """The value every reader will see: ``value`` parsed back from its JSON (a copy sharing
     nothing with ``value``; tuples became lists), when that is equal to ``value`` but for
     tuples and equal-comparing subclasses.
@@ -63,6 +76,8 @@ def storable(value: Any, subject: Callable[[], str]) -> Any:
     ValidationError, before anything is written, when ``value`` is not storable (see the module
     docstring): the message names ``subject()`` (e.g. ``"model ns/c/e/2a"``), the path of the
     first offending field (``card_json["runtime_config"]["x"]``) and what is allowed.
+    ``own_id``: for a record, the key of its own id, which only the serialisable range binds;
+    every other number must come back unchanged from every store (:func:`numbers_kept`).
     """
     raw = to_json(value, subject)
     try:
@@ -70,6 +85,8 @@ def storable(value: Any, subject: Callable[[], str]) -> Any:
     except orjson.JSONDecodeError as exc:  # an orjson.Fragment can carry anything
         raise _refusal(value, subject, fallback=f"its JSON does not parse back: {exc}") from None
     if _equal(parsed, value):
+        if own_id is not None:
+            numbers_kept(value, raw, subject, own_id)
         return parsed
     # converted on the way (NaN became null, a datetime a string, a tuple an array): refused
     # unless only tuples and equal-comparing subclasses made the difference
@@ -94,6 +111,90 @@ def to_json(value: Any, subject: Callable[[], str]) -> bytes:
     if too_deep(raw):
         _raise_for_problem(value, subject)
     return raw
+
+
+#: orjson's output with every digit written 0 and every ``+`` dropped, where a number some store
+#: changes shows as 16 digits in a row or an exponent of two digits (orjson writes ``1e+16``; older
+#: releases ``1e16``); a negative zero is looked for in the output itself. A string holding such
+#: text only costs a walk that finds nothing.
+_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_SIXTEEN_DIGITS = b"0" * 16
+
+
+def _may_hold_changed_number(text: bytes) -> bool:
+    """Whether orjson's ``text`` may hold a number :func:`numbers_kept` refuses: three byte
+    searches and a translation, far cheaper than a regular expression over a large card."""
+    if b"-0.0" in text:
+        return True
+    digits = text.translate(_DIGITS_AS_ZERO, b"+")
+    return b"e00" in digits or _SIXTEEN_DIGITS in digits
+
+
+#: floats from here on are whole and may come back from the Kubernetes API server as another integer
+_FIRST_INEXACT_WHOLE = 2.0**53
+#: floats from here on the API server prints with an exponent, so readers get them back as they were
+_FIRST_EXPONENT = 1e21
+
+
+def numbers_kept(record: dict[str, Any], raw: bytes, subject: Callable[[], str], own_id: str) -> None:
+    """ValidationError naming the field when a number of ``record`` (its JSON: ``raw``), other
+    than its own id ``record[own_id]``, would come back from some store as a different number.
+
+    The Kubernetes API server keeps integers as int64 and floats as float64, and prints a float
+    the way Go does (the shortest digits; a whole number below 1e21 without a decimal point,
+    padded with zeros), which it reads back as an integer where it can: so larger integers, a
+    negative zero and whole floats from 2**53 on that print other digits than their own change
+    on the way. Costs a search of ``raw`` for most records; the record is walked only when that
+    search finds digits that may be such a number."""
+    own = record.get(own_id)
+    text = raw.replace(b'"%s":%d' % (own_id.encode(), own), b"", 1) if type(own) is int else raw
+    if not _may_hold_changed_number(text):
+        return
+    for key, item in record.items():
+        problem = None if key == own_id else changed_number(item, key)
+        if problem is not None:
+            raise _error(subject(), problem)
+
+
+def changed_number(value: Any, path: str = "") -> tuple[str, str] | None:
+    """The path of the first number under ``value`` (already storable) that some store would
+    change (:func:`numbers_kept`), under ``path``, and why; None when there is none."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            problem = changed_number(item, f"{path}[{_quote(key)}]")
+            if problem is not None:
+                return problem
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            problem = changed_number(item, f"{path}[{index}]")
+            if problem is not None:
+                return problem
+    elif isinstance(value, int) and not isinstance(value, bool) and not MIN_INT <= value <= MAX_EXACT_INT:
+        return (
+            path,
+            f"is {_short(value)}, outside the integers every store keeps exact ({MIN_INT} to {MAX_EXACT_INT}: the "
+            "Kubernetes API server turns larger ones into rounded floats); store it as a string",
+        )
+    elif type(value) is float:
+        if value == 0 and math.copysign(1.0, value) < 0:
+            return (path, "is -0.0, which the Kubernetes API server stores as 0: store 0.0 (or a string)")
+        printed = _kubernetes_whole_number(value)
+        if printed is not None and printed != value:
+            return (
+                path,
+                f"is {value!r}, which the Kubernetes API server writes back as the integer {printed}; "
+                "store it as an integer or a string",
+            )
+    return None
+
+
+def _kubernetes_whole_number(value: float) -> int | None:
+    """The integer readers get back from the Kubernetes API server for the whole float ``value``
+    that it prints without an exponent and readers take for an integer; None for any other float."""
+    if not (_FIRST_INEXACT_WHOLE <= abs(value) < _FIRST_EXPONENT) or not value.is_integer():
+        return None
+    printed = int(Decimal(repr(value)))  # Go's shortest digits, padded with zeros
+    return printed if MIN_INT <= printed <= MAX_INT else None  # beyond, readers take it for a float
 
 
 def problem_of(value: Any) -> str | None:

@@ -336,7 +336,9 @@ def stored_form(instance: DiscoveryInstance) -> DiscoveryInstance:
     the store unchanged, on every backend alike.
     """
     data = instance.to_dict()
-    stored = storable(data, lambda: _subject(instance))
+    stored = storable(
+        data, lambda: _subject(instance), "publisher_id" if isinstance(instance, EventSource) else "instance_id"
+    )
     return _from_parsed(stored)
 
 

@@ -172,6 +172,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 # the parts of a report that are not findings of their own
 _REPORT_PLUMBING = {"backend", "instance_id", "problems", "url", "buckets"}
+# findings a backend reports also when the store cannot be used (the Kubernetes permissions may say why)
+_CHECKED_EVEN_UNREACHED = {"permissions"}
 
 
 def doctor_lines(report: Mapping[str, Any], store: str, source: str | None = None) -> list[str]:
@@ -182,7 +184,7 @@ def doctor_lines(report: Mapping[str, Any], store: str, source: str | None = Non
     about = [f"{backend} backend"] if backend else []
     about += [source] if source else []
     lines = [f"store    {store}" + (f" ({', '.join(about)})" if about else "")]
-    reached = backend is not None and not (problems and set(report) <= _REPORT_PLUMBING)
+    reached = backend is not None and not (problems and set(report) <= _REPORT_PLUMBING | _CHECKED_EVEN_UNREACHED)
     lines.append("ok       the store answers" if reached else "PROBLEM  the store cannot be used (see below)")
     settings = {k: v for k, v in report.items() if k not in _REPORT_PLUMBING and not isinstance(v, (dict, list))}
     if settings:

@@ -54,13 +54,15 @@ from discovery_sync.retry import Retry
 from discovery_sync.specs import DiscoverySpec, EndpointSpec, EventSourceSpec
 from discovery_sync.watch import WatchFeed
 
+from .access import diagnose_access
 from .identity import DEFAULT_PODINFO_DIR, MODES, PodIdentity, check_publisher_id, missing_identity_message
 from .keeper import ConnectionKeeper
 from .layout import worker_metadata_body
 from .liveness import parse_rv
 from .options import OPTIONS
+from .refusals import status_message
 from .view import KubeDaemon, State
-from .wire import TRANSPORT_ERRORS, KubeApi, explain, status_message, transport_cause, unreachable
+from .wire import TRANSPORT_ERRORS, KubeApi, explain, transport_cause, unreachable
 
 log = logging.getLogger("discovery_sync.backends.kube")
 
@@ -323,11 +325,9 @@ class KubeDiscovery(Discovery):
                     result = call()
                 except ApiException as exc:
                     if exc.status in _INVALID:
-                        raise ValidationError(f"{explain(exc, action, self.api.server)}; nothing was changed") from exc
+                        raise ValidationError(f"{self._explain(exc, action)}; nothing was changed") from exc
                     if exc.status in _PERMANENT:
-                        raise BackendUnavailable(
-                            f"{explain(exc, action, self.api.server)}; nothing was changed"
-                        ) from exc
+                        raise BackendUnavailable(f"{self._explain(exc, action)}; nothing was changed") from exc
                     error: BaseException = exc
                 except TRANSPORT_ERRORS as exc:
                     error = exc
@@ -338,16 +338,19 @@ class KubeDiscovery(Discovery):
                 delay = retry.next_delay()
                 last = delay > retry.remaining()  # the next attempt would come after the deadline
                 if unreachable(error) and (attempts > 1 or last):
-                    self._keeper.failed("write", explain(error, action, self.api.server), started)
+                    self._keeper.failed("write", self._explain(error, action), started)
                 if last:
                     raise BackendUnavailable(
-                        f"{explain(error, action, self.api.server)}; gave up after {attempts} attempt(s) in "
+                        f"{self._explain(error, action)}; gave up after {attempts} attempt(s) in "
                         f"{budget:g} s; nothing was changed"
                     ) from error
-                log.warning("%s; retrying in %.2f s", explain(error, action, self.api.server), delay)
+                log.warning("%s; retrying in %.2f s", self._explain(error, action), delay)
                 retry.wait(delay)
         finally:
             self._keeper.settled("write")  # (gone already after a success)
+
+    def _explain(self, exc: BaseException, action: str) -> str:
+        return explain(exc, action, self.api.server, namespace=self.api.namespace)
 
     # -- this worker's CR, deleted by someone else ------------------------------------------------------
     def _recover_cr(self, uid: str | None) -> None:
@@ -380,7 +383,9 @@ class KubeDiscovery(Discovery):
         except (ApiException, *TRANSPORT_ERRORS) as exc:
             if unreachable(exc):
                 self._keeper.retry_when_answered()
-                log.warning("%s; applying this worker's CR again waits for an answer", explain(exc, "reading this pod"))
+                log.warning(
+                    "%s; applying this worker's CR again waits for an answer", self._explain(exc, "reading this pod")
+                )
                 return False
             return True  # refused (no RBAC to read pods, say): this process runs, so its pod must too
         meta = (pod or {}).get("metadata") or {}
@@ -445,7 +450,7 @@ class KubeDiscovery(Discovery):
         try:
             self.api.list_page(self.api.worker_metadata, limit=1)
         except (ApiException, *TRANSPORT_ERRORS) as exc:
-            message = explain(exc, "listing DynamoWorkerMetadata", self.api.server)
+            message = self._explain(exc, "listing DynamoWorkerMetadata")
             if unreachable(exc):
                 self._keeper.failed("read", message, started, lasting=False)
             raise BackendUnavailable(message) from exc
@@ -458,12 +463,23 @@ class KubeDiscovery(Discovery):
         # without a pod identity the id is a random one that names no worker
         return None if self.identity is None else super()._reported_instance_id()
 
+    def diagnose(self) -> dict[str, Any]:
+        """:meth:`Discovery.diagnose`, with the permissions this backend uses checked (``permissions``,
+        :mod:`.access`): also when the API server refused the probe, which they may explain."""
+        report = super().diagnose()
+        section, problems = diagnose_access(self.api, self.mode)
+        report["permissions"] = section
+        report["problems"].extend(problems)
+        return report
+
     def _diagnose(self, report: dict[str, Any]) -> None:
+        try:  # a view still listing (doctor asks at once) is no problem yet
+            self.daemon.wait_ready(self.ready_timeout)
+        except BackendUnavailable as exc:
+            report["problems"].append(f"the discovery view is {self.daemon.state.value}: {exc}")
         details = self.status()
         del details["instance_id"]  # the report's own (hex; none for a client whose id names nothing)
         report.update(details)
-        if self.daemon.state is not State.READY:
-            report["problems"].append(f"the discovery view is {self.daemon.state.value}: {self.daemon.reason}")
 
     # -- lifecycle ----------------------------------------------------------------------------------
     def _close(self) -> None:
@@ -472,15 +488,22 @@ class KubeDiscovery(Discovery):
             self._local.clear()
             cr_uid, self._cr_uid = self._cr_uid, None
         if cr_uid is not None:  # only a client with an identity ever wrote a CR
-            cr_name = self._writer().cr_name
+            identity = self._writer()
             try:
                 self._retrying(
-                    partial(self.api.delete_worker_metadata, cr_name, cr_uid),
-                    f"deleting DynamoWorkerMetadata {cr_name}",
+                    partial(self.api.delete_worker_metadata, identity.cr_name, cr_uid),
+                    f"deleting it at shutdown (DynamoWorkerMetadata {identity.cr_name})",
                     timeout=min(self.write_timeout, 2.0),
                 )
-            except Exception as exc:  # the Pod ownerReference still has it garbage-collected
-                log.warning("could not delete this worker's CR at shutdown (%s); it goes with its pod", exc)
+            except Exception as exc:  # its ownerReference has it collected with the pod
+                log.warning(
+                    "this worker's DynamoWorkerMetadata %s/%s and its records stay: readers keep serving them while "
+                    "the pod %s is ready, until the pod is deleted and the garbage collector removes the CR; %s",
+                    self.api.namespace,
+                    identity.cr_name,
+                    identity.pod_name,
+                    exc,
+                )
         self.daemon.stop()
         self._keeper.join(5.0)
         self.api.close()

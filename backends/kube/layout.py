@@ -57,10 +57,14 @@ def parse_data(
 ) -> dict[Slot, DiscoveryInstance] | None:
     """The records of one ``spec.data``; None when it is not a set of maps at all (null, a list, …).
 
-    A record that does not parse (or sits in the wrong map) keeps its ``previous`` value, if any,
-    and is skipped otherwise; unknown maps are ignored.
+    A map that is absent or null holds no records: server-side apply stores ``null`` for a map its
+    manager emptied (``{}`` sent for a map it had filled; the next identical apply stores ``{}``),
+    and the reference reads null as empty. A record that does not parse (or sits in the wrong
+    map) keeps its ``previous`` value, if any, and is skipped otherwise; unknown maps are ignored.
     """
-    if not isinstance(data, dict) or any(not isinstance(data.get(name, {}), dict) for name in MAPS.values()):
+    if not isinstance(data, dict) or any(
+        not isinstance(data.get(name, {}), (dict, type(None))) for name in MAPS.values()
+    ):
         return None
     records: dict[Slot, DiscoveryInstance] = {}
     for name, kind in _KINDS.items():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import socket
 import ssl
 import time
@@ -29,6 +30,7 @@ from discovery_sync.errors import BackendUnavailable, DiscoveryError
 from discovery_sync.ndjson import split_lines
 
 from .options import OPTIONS
+from .refusals import explain_refusal, status_message
 
 log = logging.getLogger("discovery_sync.backends.kube")
 
@@ -54,31 +56,31 @@ SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/names
 #: errors that mean "the API server could not be reached or talked to", worth retrying
 TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, OSError)
 
-CRD_MISSING_HINT = (
-    "the DynamoWorkerMetadata resource type (dynamoworkermetadatas.nvidia.com) does not exist: "
-    "install the DynamoWorkerMetadata CRD (discovery_sync/backends/kube/manifests/crd.yaml)"
-)
-FORBIDDEN_HINT = (
-    "access denied: grant the RBAC printed by `discovery-sync manifests --rbac` (in the package: "
-    "discovery_sync/backends/kube/manifests/rbac.yaml; kubectl apply -n <namespace> -f it) to this pod's "
-    "service account (or, reading from outside the cluster, to your user)"
-)
-
 
 class Gone(Exception):
     """The resourceVersion a watch or list continued from is too old (HTTP 410): list again."""
 
 
-def status_message(exc: ApiException) -> str:
-    """``403 Forbidden: <the server's message>`` for an ApiException."""
-    message = ""
-    if exc.body:
-        try:
-            message = orjson.loads(exc.body).get("message", "")
-        except (orjson.JSONDecodeError, AttributeError):
-            message = str(exc.body)[:200]
-    text = f"{exc.status} {exc.reason or ''}".strip()
-    return f"{text}: {message}" if message else text
+class CutStream(urllib3.exceptions.ProtocolError):
+    """A watch stream ended inside an event (the connection was cut mid-line): a transport error,
+    so the watch resumes from the last version it delivered. orjson calls the truncated UTF-8 of a
+    character outside the BMP "surrogates not allowed", which is how such a cut used to show."""
+
+
+#: characters a YAML 1.1 reader (the API server's, for apply bodies) refuses as literal text (DEL,
+#: C1 controls, U+FFFE, U+FFFF), folds as line breaks inside a quoted string (NEL, U+2028, U+2029)
+#: or may take for a byte-order mark (U+FEFF), as UTF-8: they travel as JSON escapes instead
+_NOT_LITERAL_IN_YAML = re.compile(rb"\x7f|\xc2[\x80-\x9f]|\xe2\x80[\xa8\xa9]|\xef\xbb\xbf|\xef\xbf[\xbe\xbf]")
+
+
+def apply_body(obj: Any) -> bytes:
+    """``obj`` as the body of an ``application/apply-patch+yaml`` request: JSON text (which YAML
+    reads) with every character as literal UTF-8, because the API server's YAML decoder refuses
+    the surrogate-pair escapes (``\\ud83d\\ude80``) JSON writers use for characters outside the
+    BMP (400 "found invalid Unicode character escape code"); only the characters YAML cannot
+    carry literally are escaped (BMP escapes, which it accepts)."""
+    text = orjson.dumps(obj)
+    return _NOT_LITERAL_IN_YAML.sub(lambda found: b"\\u%04x" % ord(found.group().decode()), text)
 
 
 _CAUSES: list[tuple[tuple[type[BaseException], ...], str]] = [
@@ -130,16 +132,17 @@ def unreachable(exc: BaseException) -> bool:
     return isinstance(exc, TRANSPORT_ERRORS)
 
 
-def explain(exc: BaseException, action: str, server: str | None = None) -> str:
-    """A message for a failed ``action`` that says what to do about the usual causes (one line)."""
+def explain(exc: BaseException, action: str, server: str | None = None, *, namespace: str | None = None) -> str:
+    """A message for a failed ``action`` that says what to do about the usual causes (one line).
+
+    Refusals are named by what they mean (:mod:`.refusals`): bad credentials, the permission that
+    is missing, the CRD or the namespace that does not exist. ``namespace``: the client's, named in
+    the fix when the server's message does not name it."""
     if isinstance(exc, DiscoveryError):  # ours (a stream line over the bound): it says what happened already
         return f"{action} failed: {exc}"
     if isinstance(exc, ApiException):
-        if exc.status == 404:
-            return f"{action} failed: {CRD_MISSING_HINT} ({status_message(exc)})"
-        if exc.status in (401, 403):
-            return f"{action} failed: {FORBIDDEN_HINT} ({status_message(exc)})"
-        return f"{action} failed: {status_message(exc)}"
+        meaning = explain_refusal(exc, namespace)
+        return f"{action} failed: {meaning or status_message(exc)}"
     where = f" {server}" if server else ""
     return f"{action} failed: cannot reach the Kubernetes API server{where} ({transport_cause(exc)})"
 
@@ -232,6 +235,7 @@ class KubeApi:
         self.custom = client.CustomObjectsApi(api_client)
         self.version = client.VersionApi(api_client)
         self.core = core = client.CoreV1Api(api_client)
+        self.authorization = client.AuthorizationV1Api(api_client)
         discovery = client.DiscoveryV1Api(api_client)
         self.worker_metadata = Resource(
             PLURAL,
@@ -311,7 +315,10 @@ class KubeApi:
         try:
             chunks = response.stream(amt=None, decode_content=False)
             for line in split_lines(chunks, f"the Kubernetes API server {self.server}"):
-                event = orjson.loads(line)
+                try:
+                    event = orjson.loads(line)
+                except orjson.JSONDecodeError as exc:  # only the last line can lack its end: a cut stream
+                    raise CutStream(f"the watch stream ended inside an event ({exc})") from None
                 if event.get("type") == "ERROR":
                     status = event.get("object") or {}
                     if status.get("code") == 410:
@@ -338,31 +345,90 @@ class KubeApi:
         pod: dict[str, Any] = _read_json(cast(urllib3.HTTPResponse, response))
         return pod
 
-    # -- writes -------------------------------------------------------------------------------------
-    def apply_worker_metadata(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
-        """Server-side apply of the whole CR as field manager ``dynamo-worker``, forcing ownership.
-
-        Returns the stored object (read raw: the client's typed answer is None for 201 Created).
-        """
-        # the client types its answer as object; without preloading the content, it is the raw response
+    def review_access(self, verb: str, group: str, resource: str) -> dict[str, Any]:
+        """Whether this client's credentials may ``verb`` the ``resource`` of API ``group`` ("" for
+        the core group) in this namespace: a SelfSubjectAccessReview, whose ``status`` (``allowed``,
+        ``denied``, ``reason``, ``evaluationError``) is returned. Raises what the request raises."""
+        attributes = client.V1ResourceAttributes(namespace=self.namespace, verb=verb, group=group, resource=resource)
+        review = client.V1SelfSubjectAccessReview(
+            api_version="authorization.k8s.io/v1",
+            kind="SelfSubjectAccessReview",
+            spec=client.V1SelfSubjectAccessReviewSpec(resource_attributes=attributes),
+        )
+        # the client types its answer as a model; without preloading the content, it is the raw response
         response = cast(
             urllib3.HTTPResponse,
-            self.custom.patch_namespaced_custom_object(
-                group=GROUP,
-                version=VERSION,
-                namespace=self.namespace,
-                plural=PLURAL,
-                name=name,
-                body=body,
-                field_manager=FIELD_MANAGER,
-                force=True,
-                _content_type=APPLY_CONTENT_TYPE,
-                _request_timeout=self._timeout,
-                _preload_content=False,
+            self.authorization.create_self_subject_access_review(
+                review, _preload_content=False, _request_timeout=self._timeout
             ),
         )
+        answer = _read_json(response)
+        status = answer.get("status") if isinstance(answer, dict) else None
+        return status if isinstance(status, dict) else {}
+
+    # -- writes -------------------------------------------------------------------------------------
+    def apply_worker_metadata(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Server-side apply of the whole CR as field manager ``dynamo-worker``, forcing ownership,
+        its text as the server's YAML decoder reads it (:func:`apply_body`).
+
+        Returns the stored object (read raw: the client's typed answer is None for 201 Created).
+        The official client serialises a dict body itself (with escapes the server refuses), so the
+        prepared bytes go out through the client's own request path: its generic request methods
+        where it has them (releases from 37 on, whose typed methods accept only a dict), else its
+        typed method, to which a content type with a charset parameter passes bytes unchanged.
+        """
+        data = apply_body(body)
+        if hasattr(self.api_client, "param_serialize"):
+            response = self._apply_prepared(name, data)
+        else:  # the client answers as object; without preloading the content, it is the raw response
+            response = cast(
+                urllib3.HTTPResponse,
+                self.custom.patch_namespaced_custom_object(
+                    group=GROUP,
+                    version=VERSION,
+                    namespace=self.namespace,
+                    plural=PLURAL,
+                    name=name,
+                    body=cast(Any, data),  # typed for the releases that take only a dict
+                    field_manager=FIELD_MANAGER,
+                    force=True,
+                    _content_type=f"{APPLY_CONTENT_TYPE}; charset=utf-8",
+                    _request_timeout=self._timeout,
+                    _preload_content=False,
+                ),
+            )
         stored: dict[str, Any] = _read_json(response)
         return stored
+
+    def _apply_prepared(self, name: str, data: bytes) -> Any:
+        """PATCH the apply body ``data`` through the client's generic request methods; the raw
+        response, ApiException (as the typed methods raise it) for an answer that is not 2xx."""
+        method, url, headers, body, _ = self.api_client.param_serialize(
+            method="PATCH",
+            resource_path="/apis/{group}/{version}/namespaces/{namespace}/{plural}/{name}",
+            path_params={
+                "group": GROUP,
+                "version": VERSION,
+                "namespace": self.namespace,
+                "plural": PLURAL,
+                "name": name,
+            },
+            query_params=[("fieldManager", FIELD_MANAGER), ("force", True)],
+            header_params={"Content-Type": APPLY_CONTENT_TYPE, "Accept": "application/json"},
+            body=data,
+            auth_settings=["BearerToken"],
+        )
+        response = self.api_client.call_api(
+            method, url, header_params=headers, body=body, _request_timeout=self._timeout
+        )
+        raw = response.response  # urllib3's, unread
+        if not 200 <= raw.status <= 299:
+            try:
+                response.read()
+            finally:
+                raw.release_conn()
+            raise ApiException(http_resp=response)
+        return raw
 
     def delete_worker_metadata(self, name: str, uid: str | None = None) -> bool:
         """Delete the CR (only the object with ``uid`` when given); False when it was not there."""

@@ -10,6 +10,8 @@ from typing import Any, Protocol
 
 from . import resources as res
 from . import status as st
+from .access import PATH as ACCESS_REVIEWS_PATH
+from .access import AccessReviews
 from .resources import ResourceType
 from .selectors import FieldSelector, LabelSelector, Selection
 from .store import Store
@@ -118,6 +120,11 @@ class Faults:
                 headers = {"Retry-After": str(failure.retry_after)} if failure.retry_after is not None else {}
                 raise _InjectedError(failure.code, message, headers)
 
+    def denies(self, plural: str, verb: str) -> bool:
+        """Whether ``verb`` on ``plural`` is denied (by name or by a ``*`` rule)."""
+        with self._lock:
+            return bool({(plural, verb), (plural, "*"), ("*", verb), ("*", "*")} & self._denied)
+
 
 class _InjectedError(st.ApiError):
     def __init__(self, code: int, message: str, headers: dict[str, str]):
@@ -193,6 +200,7 @@ class KubeApi:
         self.server_address = server_address
         self.crd_installed = True
         self.validate = True
+        self.access_reviews = AccessReviews(faults)
 
     def handle(self, req: Request) -> Reply | WatchReply:
         try:
@@ -204,6 +212,8 @@ class KubeApi:
 
     def _route(self, req: Request) -> Reply | WatchReply:
         parts = [p for p in req.path.split("/") if p]
+        if parts == ACCESS_REVIEWS_PATH:
+            return Reply(*self.access_reviews.answer(req))
         discovery = self._discovery(parts)
         if discovery is not None:
             if req.method != "GET":
@@ -350,6 +360,7 @@ class KubeApi:
             if not manager:
                 raise st.invalid_options("PatchOptions", "fieldManager", "Required value: is required for apply patch")
             body = _check_identity(rt, namespace, _decode(req), name, require_type=True)
+            self.access_reviews.refuse_create_by_apply(rt, name, self.store.find(rt, namespace, name) is not None)
             obj, created = self.store.apply(
                 rt,
                 namespace,

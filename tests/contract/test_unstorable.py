@@ -27,7 +27,11 @@ def _nested(levels: int) -> list[Any]:
 
 UNSTORABLE: dict[str, Any] = {
     "2**64": 2**64,
+    "2**63 (beyond int64: the Kubernetes API server rounds it)": 2**63,
+    "u64 max": 2**64 - 1,
     "below -2**63": -(2**63) - 1,
+    "negative zero (stored as 0 by the Kubernetes API server)": -0.0,
+    "whole float written back as another integer": 2.0**60,
     "set": {1, 2},
     "int key": {1: "a"},
     "bytes": b"x",
@@ -91,9 +95,12 @@ def test_update_model_taints_refuses_taints_that_are_not_valid_text_and_keeps_th
 def test_storable_edge_values_come_back_equal_and_tuples_as_lists(rig):
     owner, reader = rig.client(), rig.client()
     edges = {
-        "u64 max": 2**64 - 1,
+        "i64 max": 2**63 - 1,
         "i64 min": -(2**63),
-        "negative zero": -0.0,
+        "zero": 0.0,
+        "whole float": 1.0,  # the Kubernetes API server gives back 1: an equal number
+        "exact whole float beyond 2**53": 2.0**53 + 2,
+        "whole float beyond int64": 1e19,
         "smallest float": 5e-324,
         "largest float": 1.7976931348623157e308,
         "unicode é 日本 🚀": '\u2028\x00"\\',

@@ -27,7 +27,11 @@ def test_the_crd():
     assert (version["name"], version["served"], version["storage"]) == ("v1alpha1", True, True)
     cr_spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
     assert cr_spec["required"] == ["data"]
-    assert cr_spec["properties"]["data"] == {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    # as the reference operator's CRD: data is the only field of spec, and keeps whatever it holds
+    assert cr_spec["properties"] == {"data": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}
+    assert version["additionalPrinterColumns"] == [
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+    ]
 
 
 def test_the_rbac():

@@ -216,9 +216,12 @@ def test_check_connection_names_the_fix(server, pod_client):
     server.deny("dynamoworkermetadatas", "list")
     with pytest.raises(ds.BackendUnavailable) as denied:
         client.check_connection()
-    assert "403" in str(
-        denied.value
-    ) and "access denied: grant the RBAC printed by `discovery-sync manifests --rbac`" in str(denied.value)
+    assert (
+        "403" in str(denied.value)
+        and 'may not list dynamoworkermetadatas.nvidia.com in the namespace "default"; grant the RBAC printed by '
+        "`discovery-sync manifests --rbac`"
+        in str(denied.value)
+    )
     server.allow("dynamoworkermetadatas", "list")
     client.check_connection()
     server.set_crd_installed(False)

@@ -121,6 +121,22 @@ def test_last_valid_data_and_first_seen_versions():
     assert reowned.records == {}
 
 
+def test_a_null_map_holds_no_records():
+    """Server-side apply stores null for a map its manager emptied (ssa_empty_map.json): its
+    records are gone, as the reference reads it; the other maps still count (issue 34, case 1)."""
+    a, b = endpoint_spec().to_instance(1), model_spec().to_instance(1)
+    both = update_entry(None, cr("w", 5, spec_data([a, b])))
+    emptied = update_entry(both, cr("w", 6, {**spec_data([a]), "model_cards": None}))
+    assert emptied.records == {a.id(): a}
+    all_null = update_entry(
+        emptied, cr("w", 7, dict.fromkeys(("endpoints", "model_cards", "event_channels", "event_sources")))
+    )
+    assert all_null.records == {}
+    assert update_entry(None, cr("w", 5, {"endpoints": None})).records == {}  # missing maps are empty too
+    for bad in ({"model_cards": []}, {"model_cards": 0}, {"endpoints": "x"}):  # not a map: keep the last valid
+        assert update_entry(both, cr("w", 8, bad)).records == both.records
+
+
 def test_records_in_the_wrong_map_are_skipped():
     a = endpoint_spec().to_instance(1)
     data = {"model_cards": {"x": a.to_dict()}, "endpoints": {"y": a.to_dict()}, "future_map": {"z": 1}}

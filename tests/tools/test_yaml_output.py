@@ -101,7 +101,7 @@ def test_non_finite_floats_are_yaml_infinities(loader):
 
 def test_the_command_line_writes_yaml_both_loaders_read_as_its_json(tmp_path: Path):
     url = f"file://{tmp_path / 'store'}?ttl=3600"
-    card = {"display_name": "\U0001f600 model", "k" * 1100: [1e-05, 1e16], "big": 2**64 - 1, "small": -(2**63)}
+    card = {"display_name": "\U0001f600 model", "k" * 1100: [1e-05, 1e16], "big": 2**63 - 1, "small": -(2**63)}
     with ds.connect(url) as client:
         client.register(ds.ModelSpec("ns", "backend", "generate", card))
         client.register(ds.EventSourceSpec(ds.EventScope("ns"), "kv\U0001f600", 7, {"\u202e": "\x1b"}))

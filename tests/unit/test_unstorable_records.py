@@ -71,7 +71,8 @@ def test_the_kubernetes_reader_keeps_the_last_valid_value_of_the_slot(depth):
     assert len(warnings.messages) == 2 and all(TOO_DEEP in message for message in warnings.messages)
 
 
-# what a store can hold besides depth: orjson's parse never returns another value register() refuses
+# what a store can hold besides depth: orjson's parse never returns another value register() refuses,
+# but for the numbers some store would change (_CHANGED_BY_A_STORE), which readers still read
 _NUMBERS = st.sampled_from(
     b"0 -0 1.5 -0.0 5e-324 1e-400 1.7976931348623157e308 1e308 1e400 -1e400 NaN Infinity -Infinity "
     b"18446744073709551615 18446744073709551616 -9223372036854775808 -9223372036854775809 "
@@ -85,6 +86,8 @@ _STRINGS = st.sampled_from(
     ]
 )
 _SCALARS = _NUMBERS | _STRINGS | st.sampled_from([b"true", b"false", b"null"])
+#: of _NUMBERS, those the Kubernetes API server would change (u64 beyond int64; a negative zero)
+_CHANGED_BY_A_STORE = (b"18446744073709551615", b"-0.0")
 
 
 def _nest(value: bytes, levels: int, keys: list[bytes]) -> bytes:
@@ -121,7 +124,10 @@ def test_every_record_a_reader_accepts_is_one_register_stores(card):
     except orjson.JSONDecodeError:
         parsed = None
     instance = only_discovery_errors(ds.instance_from_json, raw)
-    if instance is not None:
+    if instance is not None and any(number in card for number in _CHANGED_BY_A_STORE):
+        with pytest.raises(ds.ValidationError, match="the Kubernetes API server"):
+            stored_form(instance)  # read as it is, but not written: some store would change it
+    elif instance is not None:
         assert stored_form(instance) == instance
     elif parsed is not None:  # orjson read it: refused for its depth alone, as the writer refuses it
         with pytest.raises(ds.ValidationError, match=TOO_DEEP):
