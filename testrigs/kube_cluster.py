@@ -12,6 +12,11 @@ when it runs (a real cluster); when its slice does not show up within :data:`SLI
 seconds (a bare API server, or the fake), the rig writes the slice itself in the controller's shape
 (tests/fixtures/kube-apiserver-1.28/endpointslices_pod_start.json).
 
+No kubelet posts the Node's status, so a cluster that runs the node lifecycle controller (kind, k3s)
+would take the Node for dead after its grace period (40 s), mark its pods not ready and evict them: while
+a :class:`KubeCluster` uses the Node, a thread of its own (``discovery-sync-test-node-heartbeat``)
+reports it Ready every :data:`NODE_HEARTBEAT` seconds through ``nodes/{name}/status``, as a kubelet does.
+
 Clean-up: :meth:`RigNamespace.close` force-deletes the pods (there is no kubelet to confirm a graceful
 delete) and deletes the namespace; :meth:`KubeCluster.close` deletes the Node and the CRD only when the
 rig created them (its label) and no other rig namespace is active (other pytest-xdist workers on the same
@@ -26,7 +31,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -37,6 +44,8 @@ from typing import Any
 
 import yaml
 from kubernetes import config
+
+log = logging.getLogger("testrigs.kube_cluster")
 
 DISCOVERY_LABEL = "nvidia.com/dynamo-discovery-enabled"  # what the library's pod mode selects by
 RIG_LABEL = "discovery-sync.test/rig"  # "true" on every namespace a rig made
@@ -50,6 +59,7 @@ SLICE_MANAGED_BY = {"endpointslice.kubernetes.io/managed-by": "endpointslice-con
 TRIGGER_TIME = "endpoints.kubernetes.io/last-change-trigger-time"
 PORTS = [{"name": "http", "protocol": "TCP", "port": 8000}]
 HOST_IP = "192.0.2.1"  # TEST-NET-1: never routed
+NODE_HEARTBEAT = 10.0  # seconds between the Node's status reports (the node lifecycle controller allows 40)
 SLICE_CONTROLLER_GRACE = 2  # seconds for the cluster's EndpointSlice controller to show the Service's slice
 WAIT = 60.0  # bound on every wait for the cluster (a CRD established, a deleted one gone, a slice updated)
 REQUEST_TIMEOUT = 30.0
@@ -235,6 +245,8 @@ class KubeCluster:
         self.kubeconfig = kubeconfig
         self.api = ClusterApi(kubeconfig)
         self.slice_controller = slice_controller
+        self._closing = threading.Event()
+        self._heartbeat: threading.Thread | None = None
 
     def open_namespace(self) -> RigNamespace:
         """A new namespace (labelled :data:`RIG_LABEL`) with the Node and the CRD there for it, and the
@@ -244,6 +256,7 @@ class KubeCluster:
         namespace = RigNamespace(self, name)
         try:
             self._acquire(NODES, _shared_node(), name)
+            self._keep_node_ready()
             self._acquire(CRDS, _shared_crd(), name, ready=_established)
             namespace.serve()
         except BaseException:
@@ -251,8 +264,40 @@ class KubeCluster:
             raise
         return namespace
 
+    def _keep_node_ready(self) -> None:
+        """Report the Node Ready now and, on a thread of its own, every :data:`NODE_HEARTBEAT` s."""
+        self._report_node_ready()
+        if self._heartbeat is None:
+            self._heartbeat = threading.Thread(
+                target=self._beat, name="discovery-sync-test-node-heartbeat", daemon=True
+            )
+            self._heartbeat.start()
+
+    def _beat(self) -> None:
+        while not self._closing.wait(NODE_HEARTBEAT):
+            try:
+                self._report_node_ready()
+            except Exception as exc:  # the Node released by another worker, a cluster hiccup: next beat
+                log.warning("could not report the test Node ready: %s", exc)
+
+    def _report_node_ready(self) -> None:
+        now = _now()
+        ready = {
+            "type": "Ready",
+            "status": "True",
+            "reason": "KubeletReady",
+            "message": "reported by the discovery-sync test rig",
+            "lastHeartbeatTime": now,
+            "lastTransitionTime": now,
+        }
+        with contextlib.suppress(ClusterError):  # 404: released by another worker; the next test acquires it again
+            self.api.merge_patch(f"{NODES}/{NODE_NAME}/status", {"status": {"conditions": [ready]}})
+
     def close(self) -> None:
         """Delete the shared objects the rig created, unless another rig namespace still uses them."""
+        self._closing.set()
+        if self._heartbeat is not None:
+            self._heartbeat.join(REQUEST_TIMEOUT)
         try:
             self._release(CRDS, _shared_crd()["metadata"]["name"])
             self._release(NODES, NODE_NAME)

@@ -227,7 +227,9 @@ class KubeApi:
             group, version, rest = parts[1], parts[2], parts[3:]
         else:
             raise st.path_not_found()
-        subresource = rest.pop() if len(rest) == 5 and rest[0] == "namespaces" else None
+        # {name}/status of a namespaced object (5 parts) or of a cluster-scoped one (3)
+        in_namespace = rest[:1] == ["namespaces"]
+        subresource = rest.pop() if len(rest) == (5 if in_namespace else 3) else None
         if len(rest) in (1, 2):  # across namespaces, or a cluster-scoped object (by name)
             namespace, plural, name = None, rest[0], (rest[1] if len(rest) == 2 else None)
         elif len(rest) in (3, 4) and rest[0] == "namespaces":
@@ -244,8 +246,8 @@ class KubeApi:
         if subresource is not None:
             if subresource != "status" or not rt.status_subresource:
                 raise st.path_not_found()
-            assert namespace is not None and name is not None
-            return self._status(req, rt, namespace, name)
+            assert name is not None
+            return self._status(req, rt, namespace if namespace is not None else "", name)
         return self._resource(req, rt, namespace, name)
 
     def _discovery(self, parts: list[str]) -> dict[str, Any] | None:

@@ -96,6 +96,7 @@ NODES = ResourceType(
     singular="node",
     kind="Node",
     short_names=("no",),
+    status_subresource=True,
     field_selectors=("metadata.name",),
     namespaced=False,
 )

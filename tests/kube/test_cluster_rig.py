@@ -14,6 +14,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -124,7 +125,11 @@ def test_a_pod_is_made_as_a_kubelet_and_its_slice_as_the_controller_would(server
         pod = server.get("pods", "worker-0", namespace.name)
         assert pod is not None and pod["metadata"]["uid"] == uid
         assert pod["metadata"]["labels"] == {DISCOVERY_LABEL: "true"}
-        assert pod["spec"]["nodeName"] == NODE_NAME and server.get("nodes", NODE_NAME, "") is not None
+        node = server.get("nodes", NODE_NAME, "")
+        assert pod["spec"]["nodeName"] == NODE_NAME and node is not None
+        # reported Ready as a kubelet would, or a node lifecycle controller would evict its pods
+        (ready,) = node["status"]["conditions"]
+        assert (ready["type"], ready["status"]) == ("Ready", "True") and ready["lastHeartbeatTime"]
         assert pod["status"]["phase"] == "Running" and pod["status"]["podIP"].startswith("192.0.2.")
         assert {c["type"]: c["status"] for c in pod["status"]["conditions"]}["Ready"] == "True"
         assert [c["ready"] for c in pod["status"]["containerStatuses"]] == [True]
@@ -148,6 +153,7 @@ def test_a_pod_is_made_as_a_kubelet_and_its_slice_as_the_controller_would(server
     finally:
         cluster.close()
     assert server.objects("nodes") == [] and server.objects("customresourcedefinitions") == []
+    assert "discovery-sync-test-node-heartbeat" not in {thread.name for thread in threading.enumerate()}
 
 
 def test_the_clusters_own_slice_controller_is_used_when_it_runs(tmp_path: Path):
