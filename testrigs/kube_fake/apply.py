@@ -2,13 +2,18 @@
 
 Simplified structured-merge semantics, enough for one or a few field managers on a CR:
 
-* maps are granular (each key path is a field), everything else is atomic, so lists such as
-  ``metadata.ownerReferences`` are owned as a whole;
+* a manager owns a set of *members*: every leaf it set (a scalar, null, an empty map or a list, lists
+  being atomic, so ``metadata.ownerReferences`` is owned as a whole) and every non-empty map below the
+  object's declared structure (``metadata.labels``, the maps inside ``spec.data``; fieldsV1 marks those
+  with ``"."``); ``root``, ``metadata``, ``spec``, ``spec.data`` and ``status`` are structure, not members;
 * ``apiVersion``, ``kind`` and the server-set metadata (name, uid, resourceVersion, …) are never owned;
-* an apply owns the leaf fields of its configuration; a field another manager owns conflicts when the
-  apply would change its value (409 without ``force``; with ``force`` the applier takes it over);
-  fields the same manager applied before and now omits are removed unless someone else owns them;
-* an update (create, PUT, merge patch) gives its manager the fields whose value it changed.
+* an apply merges its configuration into the live object (maps merge key by key; anything else, null
+  included, replaces), then removes the members its manager applied before and now omits unless someone
+  else owns them; a map emptied by that removal becomes **null** (not ``{}``), as the real server's
+  structured-merge-diff does: re-applying ``{}`` then stores ``{}``;
+* a member another manager owns conflicts when the apply changes it (a map changes only when it appears
+  or changes type: its keys are members of their own); 409 without ``force``, with it the applier takes over;
+* an update (create, PUT, merge patch) gives its manager the members it changed and takes them from the others.
 """
 
 from __future__ import annotations
@@ -81,14 +86,24 @@ def owned_content(obj: dict[str, Any] | None) -> dict[str, Any]:
     return out
 
 
-def leaf_paths(value: Any, prefix: FieldPath = ()) -> set[FieldPath]:
-    """Paths of the non-map values and empty maps under ``value``."""
+STRUCTURE: frozenset[FieldPath] = frozenset({(), ("metadata",), ("spec",), ("spec", "data"), ("status",)})
+
+
+def member_paths(value: Any, prefix: FieldPath = ()) -> set[FieldPath]:
+    """The members ``value`` sets: leaves (non-maps and empty maps) and non-empty maps outside :data:`STRUCTURE`."""
     if isinstance(value, dict) and value:
-        found: set[FieldPath] = set()
+        found: set[FieldPath] = set() if prefix in STRUCTURE else {prefix}
         for key, sub in value.items():
-            found |= leaf_paths(sub, (*prefix, key))
+            found |= member_paths(sub, (*prefix, key))
         return found
     return {prefix} if prefix else set()
+
+
+def node_changed(before: Any, after: Any) -> bool:
+    """Whether a member's own value differs: two maps are the same node (their keys are members of their own)."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        return False
+    return bool(before != after)
 
 
 def lookup(obj: Any, path: FieldPath) -> Any:
@@ -101,21 +116,21 @@ def lookup(obj: Any, path: FieldPath) -> Any:
 
 
 def _remove(obj: dict[str, Any], path: FieldPath) -> None:
-    """Delete the value at ``path`` and then any map left empty on the way up (in place)."""
+    """Delete the member at ``path`` (in place); each map on the way that this leaves empty becomes null."""
     parents = []
     node: Any = obj
     for part in path[:-1]:
-        if not isinstance(node, dict) or part not in node:
-            return
+        if not isinstance(node, dict) or not isinstance(node.get(part), dict):
+            return  # gone already, or no longer a map: nothing of it left to remove
         parents.append((node, part))
         node = node[part]
-    if isinstance(node, dict):
-        node.pop(path[-1], None)
+    if not isinstance(node, dict) or path[-1] not in node:
+        return
+    del node[path[-1]]
     for parent, key in reversed(parents):
-        if parent[key] == {} and not (parent is obj and key == "metadata"):  # keep the object's own
-            del parent[key]
-        else:
+        if parent[key] or (parent is obj and key == "metadata"):
             break
+        parent[key] = None
 
 
 def deep_merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
@@ -150,13 +165,21 @@ def merge_patch(target: Any, patch: Any) -> Any:
 
 
 def to_fields_v1(paths: Iterable[FieldPath]) -> dict[str, Any]:
-    """The ``fieldsV1`` tree: ``{"f:spec": {"f:data": {}}}``."""
+    """The ``fieldsV1`` tree: ``{"f:spec": {"f:data": {"f:m": {".": {}, "f:k": {}}}}}`` (``"."``: the map itself
+    is a member, besides its keys)."""
     tree: dict[str, Any] = {}
-    for path in sorted(paths):
+    members = set(paths)
+    for path in sorted(members):
         node = tree
         for part in path:
             node = node.setdefault(f"f:{part}", {})
-    return tree
+    for path in members:
+        node = tree
+        for part in path:
+            node = node[f"f:{part}"]
+        if node:
+            node["."] = {}
+    return _sorted_tree(tree)
 
 
 def from_fields_v1(tree: dict[str, Any], prefix: FieldPath = ()) -> set[FieldPath]:
@@ -190,10 +213,8 @@ def render_entries(entries: Iterable[ManagedEntry]) -> list[dict[str, Any]]:
     return [e.to_json() for e in entries if e.fields]
 
 
-def _overlaps(path: FieldPath, wanted: set[FieldPath]) -> bool:
-    if path in wanted:
-        return True
-    return any(p[: len(path)] == path or path[: len(p)] == p for p in wanted)
+def _sorted_tree(tree: dict[str, Any]) -> dict[str, Any]:
+    return {key: _sorted_tree(tree[key]) for key in sorted(tree)}
 
 
 def server_side_apply(
@@ -208,25 +229,27 @@ def server_side_apply(
     """The object after ``manager`` applies ``applied`` to ``current`` (None: it does not exist yet).
 
     Server-set metadata is left as in ``current``; the caller fills it in. Raises
-    :class:`ApplyConflict` when ``force`` is false and another manager owns a field being changed.
+    :class:`ApplyConflict` when ``force`` is false and another manager owns a member being changed.
     """
-    config = drop_nulls(owned_content(applied))
-    wanted = leaf_paths(config)
+    config = owned_content(applied)
+    if isinstance(config.get("metadata"), dict):
+        config["metadata"] = drop_nulls(config["metadata"])  # ObjectMeta is typed: a null there is unset
+    wanted = member_paths(config)
     entries = load_entries(current)
     mine = next((e for e in entries if e.manager == manager and e.operation == "Apply"), None)
     others = [e for e in entries if e is not mine]
     owned_by_others = set().union(*(e.fields for e in others))
 
-    result = copy.deepcopy(current) if current else {}
+    result = deep_merge(copy.deepcopy(current) if current else {}, config)
     for path in sorted((mine.fields if mine else frozenset()) - wanted - owned_by_others, key=len, reverse=True):
         _remove(result, path)
-    result = deep_merge(result, config)
 
     lost: dict[int, set[FieldPath]] = {}
     conflicts = []
     for index, entry in enumerate(others):
         for path in sorted(entry.fields):
-            if _overlaps(path, wanted) and lookup(current, path) != lookup(result, path):
+            after = lookup(result, path)
+            if path in wanted and after is not MISSING and node_changed(lookup(current, path), after):
                 conflicts.append((entry.manager, entry.api_version, path))
                 lost.setdefault(index, set()).add(path)
     if conflicts and not force:
@@ -248,7 +271,7 @@ def record_update(
 ) -> list[dict[str, Any]]:
     """``managedFields`` for ``new`` after ``manager`` replaced ``old`` with it (create when old is None)."""
     old_content, new_content = owned_content(old), owned_content(new)
-    changed = {p for p in leaf_paths(new_content) if lookup(old_content, p) != lookup(new_content, p)}
+    changed = {p for p in member_paths(new_content) if node_changed(lookup(old_content, p), lookup(new_content, p))}
     kept: list[ManagedEntry] = []
     mine: ManagedEntry | None = None
     for entry in load_entries(old):
