@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -10,6 +11,7 @@ from typing import Any, Protocol
 
 from . import resources as res
 from . import status as st
+from .jsonwire import stored_value
 from .resources import ResourceType
 from .selectors import FieldSelector, LabelSelector, Selection
 from .store import Store
@@ -55,11 +57,12 @@ class Request:
 
 @dataclass
 class Reply:
-    """A complete JSON response."""
+    """A complete response: JSON ``body``, or plain ``text`` when that is set."""
 
     code: int
     body: dict[str, Any]
     headers: dict[str, str] = field(default_factory=dict)
+    text: str | None = None
 
 
 @dataclass
@@ -124,22 +127,42 @@ class _InjectedError(st.ApiError):
         self.headers = headers
 
 
+_JSON_SURROGATE_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_YAML_ERROR = "error decoding YAML: error converting YAML to JSON: yaml: "
+
+
+def _yaml_problem(exc: Exception) -> str:
+    """A PyYAML error in go-yaml's words, as far as the transcripts show them."""
+    problem = str(getattr(exc, "problem", None) or exc)
+    mark = getattr(exc, "problem_mark", None)
+    if problem.startswith("expected the node content"):
+        problem = "did not find expected node content"
+    return f"line {mark.line + 1}: {problem}" if mark is not None else problem
+
+
 def _decode(req: Request) -> Any:
-    """The request body as JSON (or YAML, for YAML media types such as apply patches)."""
+    """The request body, parsed and turned into what the server stores (:func:`.jsonwire.stored_value`).
+
+    JSON bodies are read as Go's encoding/json does (a lone surrogate escape becomes U+FFFD). An apply
+    body is YAML (JSON being YAML), and go-yaml refuses a JSON surrogate-pair escape such as
+    ``\\ud83d\\ude80``: 400 "found invalid Unicode character escape code".
+    """
     if not req.body.strip():
         raise st.bad_request("the request body is empty")
     text = req.body.decode("utf-8", errors="replace")
+    if req.content_type == APPLY and _JSON_SURROGATE_ESCAPE.search(text):
+        raise st.bad_request(_YAML_ERROR + "found invalid Unicode character escape code")
     try:
-        return json.loads(text)
+        return stored_value(json.loads(text))
     except ValueError:
         if "yaml" not in req.content_type:
             raise st.bad_request("the request body is not valid JSON") from None
     import yaml
 
     try:
-        return yaml.safe_load(text)
+        return stored_value(yaml.safe_load(text))
     except yaml.YAMLError as exc:
-        raise st.bad_request(f"the request body is not valid YAML: {exc}") from None
+        raise st.bad_request(_YAML_ERROR + _yaml_problem(exc)) from None
 
 
 def _manager(req: Request) -> str:
@@ -198,6 +221,8 @@ class KubeApi:
             return self._route(req)
         except _InjectedError as err:
             return Reply(err.code, err.to_status(), err.headers)
+        except st.PageNotFound as err:
+            return Reply(err.code, {}, text=err.TEXT)
         except st.ApiError as err:
             return Reply(err.code, err.to_status())
 
@@ -215,7 +240,9 @@ class KubeApi:
         elif len(parts) >= 3 and parts[0] == "apis":
             group, version, rest = parts[1], parts[2], parts[3:]
         else:
-            raise st.path_not_found()
+            raise st.PageNotFound()
+        if not res.serves(group, version, self.crd_installed):
+            raise st.PageNotFound()
         if len(rest) == 1 or (rest[:1] == ["namespaces"] and len(rest) == 2):  # cluster scope, or all namespaces
             namespace, plural, name = None, rest[0], (rest[1] if len(rest) == 2 else None)
         elif len(rest) in (3, 4) and rest[0] == "namespaces":
@@ -240,13 +267,13 @@ class KubeApi:
             return res.api_group_list(self.crd_installed)
         if len(parts) == 2 and parts[0] == "apis":
             if not res.known_group(parts[1], self.crd_installed):
-                raise st.path_not_found()
+                raise st.PageNotFound()
             return res.api_group(parts[1])
         if parts == ["api", "v1"] or (len(parts) == 3 and parts[0] == "apis"):
             group, version = ("", "v1") if parts[0] == "api" else (parts[1], parts[2])
             doc = res.api_resource_list(group, version)
-            if doc is None or (group == res.CUSTOM_GROUP and not self.crd_installed):
-                raise st.path_not_found()
+            if doc is None or not res.serves(group, version, self.crd_installed):
+                raise st.PageNotFound()
             return doc
         return None
 

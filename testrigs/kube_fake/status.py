@@ -61,7 +61,18 @@ def not_found(rt: ResourceType, name: str) -> ApiError:
 
 
 def path_not_found() -> ApiError:
+    """A resource the server does not know inside an API group version it serves."""
     return ApiError(404, "the server could not find the requested resource", details={})
+
+
+class PageNotFound(ApiError):
+    """A path outside every served API group version (e.g. a custom resource before its CRD exists): the
+    real server answers plain text ``404 page not found``, not a ``Status``."""
+
+    TEXT = "404 page not found\n"
+
+    def __init__(self) -> None:
+        super().__init__(404, self.TEXT.strip())
 
 
 def already_exists(rt: ResourceType, name: str) -> ApiError:

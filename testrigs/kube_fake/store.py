@@ -21,6 +21,7 @@ from typing import Any
 
 from . import status as st
 from .apply import ApplyConflict, dotted, merge_patch, record_update, server_side_apply
+from .jsonwire import sorted_keys
 from .objects import build_namespace, now, with_namespace_defaults
 from .resources import ALL_RESOURCES, NAMESPACES, ResourceType
 from .selectors import Selection
@@ -31,6 +32,11 @@ Hook = Callable[[Change], None]
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _SNAPSHOTS_KEPT = 64
 _TOKEN_VERSION = "kube-fake/v1"
+
+
+def sorted_keys_shallow(page: dict[str, Any]) -> dict[str, Any]:
+    """A list document with its own keys sorted (its items are already stored sorted)."""
+    return {key: page[key] for key in sorted(page)}
 
 
 def _meta(obj: dict[str, Any]) -> dict[str, Any]:
@@ -140,7 +146,7 @@ class Store:
             else:
                 snapshot_id, offset, rv, items = None, 0, self._rv, self.select(rt, selection)
             end = offset + limit if limit > 0 else len(items)
-            metadata: dict[str, Any] = {"resourceVersion": str(rv)}
+            metadata: dict[str, Any] = {"continue": ""} if rt.custom else {}  # a CR list always has "continue"
             if end < len(items):
                 if snapshot_id is None:
                     snapshot_id = secrets.token_hex(8)
@@ -149,12 +155,14 @@ class Store:
                         self._snapshots.popitem(last=False)
                 metadata["continue"] = self._token(snapshot_id, end, rv)
                 metadata["remainingItemCount"] = len(items) - end
-            return {
+            metadata["resourceVersion"] = str(rv)
+            page = {
                 "kind": rt.list_kind,
                 "apiVersion": rt.api_version,
                 "metadata": metadata,
                 "items": items[offset:end],
             }
+            return sorted_keys_shallow(page) if rt.custom else page
 
     @staticmethod
     def _token(snapshot_id: str, offset: int, rv: int) -> str:
@@ -313,6 +321,9 @@ class Store:
     ) -> dict[str, Any]:
         if old is not None and _comparable(old) == _comparable(new):
             return old  # no-op: nothing written, no event, resourceVersion unchanged
+        if rt.custom:  # an unstructured object: the server writes its keys sorted
+            new["metadata"].setdefault("resourceVersion", "")  # (set at commit, in its sorted place)
+            new = sorted_keys(new)
         if dry_run:
             if old is not None:
                 new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]

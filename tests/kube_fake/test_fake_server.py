@@ -183,14 +183,17 @@ def start_watch(server: FakeKubeServer, streams: Callable[..., Stream], resource
 
 
 def raw(server: FakeKubeServer, method: str, path: str, body: Any = None, content_type: str = "application/json"):
-    """One plain ``http.client`` request: (status, headers, decoded JSON body)."""
+    """One plain ``http.client`` request: (status, headers, decoded JSON body, or the text of a plain-text one)."""
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=WAIT)
     try:
         payload = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
         headers = {"Content-Type": content_type} if payload is not None else {}
         conn.request(method, path, body=payload, headers=headers)
         resp = conn.getresponse()
-        return resp.status, dict(resp.getheaders()), json.loads(resp.read() or b"null")
+        data = resp.read()
+        if (resp.getheader("Content-Type") or "").startswith("text/plain"):
+            return resp.status, dict(resp.getheaders()), data.decode()
+        return resp.status, dict(resp.getheaders()), json.loads(data or b"null")
     finally:
         conn.close()
 
@@ -227,7 +230,7 @@ def test_crd_not_installed_is_404_everywhere(server: FakeKubeServer, api: client
     server.set_crd_installed(False)
     with pytest.raises(ApiException) as listing:
         custom.list_namespaced_custom_object(GROUP, VERSION, "default", PLURAL)
-    assert listing.value.status == 404 and status_of(listing.value)["reason"] == "NotFound"
+    assert listing.value.status == 404 and listing.value.body == "404 page not found\n"  # plain text (crd_missing.json)
     with pytest.raises(ApiException) as applying:
         apply(custom, worker_metadata("worker-0", pod["metadata"]["uid"]))
     assert applying.value.status == 404
@@ -921,7 +924,9 @@ def test_keep_alive_after_a_finished_watch_and_yaml_bodies(server: FakeKubeServe
 
 
 def test_error_statuses_and_unknown_paths(server: FakeKubeServer):
-    code, _, status = raw(server, "GET", "/apis/example.com/v1/namespaces/default/things")
+    code, _, text = raw(server, "GET", "/apis/example.com/v1/namespaces/default/things")
+    assert code == 404 and text == "404 page not found\n"  # no such group version: plain text
+    code, _, status = raw(server, "GET", "/apis/nvidia.com/v1alpha1/namespaces/default/things")
     assert code == 404 and status["kind"] == "Status" and status["reason"] == "NotFound"
     assert raw(server, "POST", CR_PATH, b"{not json")[0] == 400
     code, _, status = raw(server, "PUT", f"{CR_PATH}/nope", worker_metadata("nope", "u"))
