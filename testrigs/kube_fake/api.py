@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from . import resources as res
+from . import schema
 from . import status as st
 from .jsonwire import stored_value
 from .resources import ResourceType
@@ -63,6 +64,7 @@ class Reply:
     body: dict[str, Any]
     headers: dict[str, str] = field(default_factory=dict)
     text: str | None = None
+    warnings: list[str] = field(default_factory=list)  # one ``Warning`` header each
 
 
 @dataclass
@@ -215,8 +217,18 @@ class KubeApi:
         self.server_address = server_address
         self.crd_installed = True
         self.validate = True
+        self.valid_tokens: frozenset[str] | None = None  # None: any bearer token is accepted
+
+    def _authenticated(self, req: Request) -> bool:
+        """False for a bearer token outside :attr:`valid_tokens` (no token at all: anonymous, accepted)."""
+        authorization = req.headers.get("Authorization") or ""
+        if self.valid_tokens is None or not authorization.lower().startswith("bearer "):
+            return True
+        return authorization[7:].strip() in self.valid_tokens
 
     def handle(self, req: Request) -> Reply | WatchReply:
+        if not self._authenticated(req):
+            return Reply(401, st.ApiError(401, "Unauthorized").to_status())
         try:
             return self._route(req)
         except _InjectedError as err:
@@ -325,20 +337,18 @@ class KubeApi:
             meta = {"resourceVersion": str(self.store.resource_version)}
             return Reply(200, {"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta, "items": deleted})
         if verb == "create":
-            body = _check_identity(rt, namespace, _decode(req), None, require_type=False)
+            body, warnings = self._pruned(req, rt, _check_identity(rt, namespace, _decode(req), None, False))
             obj = self.store.create(rt, namespace, body, _manager(req), validate=self.validate, dry_run=_dry_run(req))
-            return Reply(201, obj)
+            return Reply(201, obj, warnings=warnings)
         assert name is not None
         if verb == "get":
             return Reply(200, self.store.get(rt, namespace, name))
         if verb == "update":
-            body = _check_identity(rt, namespace, _decode(req), name, require_type=False)
-            return Reply(
-                200,
-                self.store.replace(
-                    rt, namespace, name, body, _manager(req), validate=self.validate, dry_run=_dry_run(req)
-                ),
+            body, warnings = self._pruned(req, rt, _check_identity(rt, namespace, _decode(req), name, False))
+            replaced = self.store.replace(
+                rt, namespace, name, body, _manager(req), validate=self.validate, dry_run=_dry_run(req)
             )
+            return Reply(200, replaced, warnings=warnings)
         if verb == "patch":
             return self._patch(req, rt, namespace, name)
         return Reply(
@@ -360,6 +370,8 @@ class KubeApi:
             if not manager:
                 raise st.invalid_options("PatchOptions", "fieldManager", "Required value: is required for apply patch")
             body = _check_identity(rt, namespace, _decode(req), name, require_type=True)
+            if rt.custom and self.validate:
+                schema.check_apply(rt, (body.get("metadata") or {}).get("namespace") or "", name, body)
             obj, created = self.store.apply(
                 rt,
                 namespace,
@@ -372,15 +384,21 @@ class KubeApi:
             )
             return Reply(201 if created else 200, obj)
         if kind == MERGE or (kind == STRATEGIC and not rt.custom):
-            patch = _decode(req)
-            return Reply(
-                200,
-                self.store.merge_patch(
-                    rt, namespace, name, patch, _manager(req), validate=self.validate, dry_run=dry_run
-                ),
+            patch, warnings = _decode(req), list[str]()
+            if isinstance(patch, dict):
+                patch, warnings = self._pruned(req, rt, patch)
+            patched = self.store.merge_patch(
+                rt, namespace, name, patch, _manager(req), validate=self.validate, dry_run=dry_run
             )
+            return Reply(200, patched, warnings=warnings)
         accepted = [MERGE, APPLY] if rt.custom else [MERGE, STRATEGIC, APPLY]
         raise st.unsupported_media_type(kind, accepted)
+
+    def _pruned(self, req: Request, rt: ResourceType, body: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        """A custom resource body without the fields its schema does not declare, and the warnings naming them."""
+        if not (rt.custom and self.validate):
+            return body, []
+        return schema.prune(rt, body, req.param("fieldValidation"))
 
     def _delete_options(self, req: Request) -> dict[str, Any]:
         if not req.body.strip():

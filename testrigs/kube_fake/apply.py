@@ -44,9 +44,9 @@ SERVER_METADATA = frozenset(
 class ApplyConflict(Exception):
     """An apply without ``force`` would change fields other managers own."""
 
-    def __init__(self, conflicts: list[tuple[str, str, FieldPath]]):
+    def __init__(self, conflicts: list[tuple[str, FieldPath]]):
         super().__init__(f"{len(conflicts)} conflict(s)")
-        self.conflicts = conflicts  # (manager, apiVersion, path)
+        self.conflicts = conflicts  # (the manager as conflict messages name it, path)
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,11 @@ class ManagedEntry:
     api_version: str
     time: str
     fields: frozenset[FieldPath]
+
+    def printed(self) -> str:
+        """How conflict messages name this manager: ``"m"``, or ``"m" using v1`` for an Update."""
+        name = f'"{self.manager}"'
+        return f"{name} using {self.api_version}" if self.operation == "Update" else name
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -250,7 +255,7 @@ def server_side_apply(
         for path in sorted(entry.fields):
             after = lookup(result, path)
             if path in wanted and after is not MISSING and node_changed(lookup(current, path), after):
-                conflicts.append((entry.manager, entry.api_version, path))
+                conflicts.append((entry.printed(), path))
                 lost.setdefault(index, set()).add(path)
     if conflicts and not force:
         raise ApplyConflict(conflicts)

@@ -165,6 +165,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache, private")
         for name, value in reply.headers.items():
             self.send_header(name, value)
+        for warning in reply.warnings:
+            self.send_header("Warning", warning)
         self.end_headers()
         self.wfile.write(payload)
 
