@@ -83,11 +83,13 @@ def _go_value(value: Any) -> str:
 
 def _typed_errors(value: Any, schema: Schema, path: str) -> list[str]:
     """Why ``value`` cannot be a typed patch object: undeclared fields, non-maps where maps are declared."""
-    if schema.preserve_unknown or value is None:
+    if value is None:
         return []
     if schema.type == "object" or schema.properties:
         if not isinstance(value, dict):
             return [f"{path}: expected map, got {_go_value(value)}"]
+        if schema.preserve_unknown:
+            return []
         errors = []
         for key in sorted(value):
             if not schema.declares(key, at_root=not path):
