@@ -14,12 +14,12 @@ from __future__ import annotations
 import math
 import re
 from decimal import Decimal
+from json.encoder import encode_basestring as _quote
 from typing import Any
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-_NEEDS_ESCAPE = re.compile('[\x00-\x1f"\\\\<>&\u2028\u2029]')
-_SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_NEEDS_GO_ESCAPE = re.compile("[\b\f<>&\u2028\u2029]")
 
 
 def stored_value(value: Any) -> Any:
@@ -61,32 +61,44 @@ def go_float(value: float) -> str:
     return f"{mantissa}e{sign}{digits.zfill(2) if sign == '+' else digits}"
 
 
-def _escape(match: re.Match[str]) -> str:
-    char = match.group()
-    return _SHORT_ESCAPES.get(char) or f"\\u{ord(char):04x}"
+_GO_ONLY_ESCAPES = str.maketrans(
+    {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+)
+_PYTHON_ONLY_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\([bf])")  # Python writes \b and \f; Go writes \u0008 and \u000c
 
 
 def _string(text: str) -> str:
-    return '"' + (_NEEDS_ESCAPE.sub(_escape, text) if _NEEDS_ESCAPE.search(text) else text) + '"'
+    quoted: str = _quote(text)  # the C encoder: quotes, backslashes and control characters
+    if _NEEDS_GO_ESCAPE.search(text):
+        quoted = quoted.translate(_GO_ONLY_ESCAPES)
+        quoted = _PYTHON_ONLY_ESCAPE.sub(lambda m: m.group(1) + ("\\u0008" if m.group(2) == "b" else "\\u000c"), quoted)
+    return quoted
 
 
 def _text(value: Any) -> str:
+    kind = type(value)
+    if kind is str:
+        return _string(value)
+    if kind is dict:
+        return "{" + ",".join([_string(str(k)) + ":" + _text(v) for k, v in value.items()]) + "}"
+    if kind is int:
+        return str(value)
     if value is None:
         return "null"
     if value is True:
         return "true"
     if value is False:
         return "false"
-    if isinstance(value, str):
-        return _string(value)
-    if isinstance(value, int):
-        return str(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join([_text(v) for v in value]) + "]"
     if isinstance(value, float):
         return go_float(value)
+    if isinstance(value, int):
+        return str(int(value))
+    if isinstance(value, str):
+        return _string(str(value))
     if isinstance(value, dict):
-        return "{" + ",".join(f"{_string(str(k))}:{_text(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(_text(v) for v in value) + "]"
+        return _text(dict(value))
     raise TypeError(f"not JSON: {type(value).__name__}")
 
 
