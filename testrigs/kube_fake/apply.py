@@ -19,6 +19,7 @@ Simplified structured-merge semantics, enough for one or a few field managers on
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -65,14 +66,10 @@ class ManagedEntry:
         return f"{name} using {self.api_version}" if self.operation == "Update" else name
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "manager": self.manager,
-            "operation": self.operation,
-            "apiVersion": self.api_version,
-            "time": self.time,
-            "fieldsType": "FieldsV1",
-            "fieldsV1": to_fields_v1(self.fields),
-        }
+        entry = {"manager": self.manager, "operation": self.operation, "apiVersion": self.api_version}
+        if self.time:  # none when the manager's write changed nothing but its own field set
+            entry["time"] = self.time
+        return {**entry, "fieldsType": "FieldsV1", "fieldsV1": to_fields_v1(self.fields)}
 
 
 def dotted(path: FieldPath) -> str:
@@ -94,13 +91,35 @@ def owned_content(obj: dict[str, Any] | None) -> dict[str, Any]:
 STRUCTURE: frozenset[FieldPath] = frozenset({(), ("metadata",), ("spec",), ("spec", "data"), ("status",)})
 
 
-def member_paths(value: Any, prefix: FieldPath = ()) -> set[FieldPath]:
-    """The members ``value`` sets: leaves (non-maps and empty maps) and non-empty maps outside :data:`STRUCTURE`."""
+UPDATE_STRUCTURE: frozenset[FieldPath] = frozenset({(), ("metadata",)})
+KEYED_LISTS: dict[FieldPath, str] = {
+    ("metadata", "ownerReferences"): "uid"
+}  # lists whose items are members, by key (others: atomic)
+
+
+def item_part(list_path: FieldPath, item: Any) -> str | None:
+    """The path part naming ``item`` of a keyed list: ``k:{"uid":"..."}`` (None: not a keyed item)."""
+    key = KEYED_LISTS.get(list_path)
+    if key is None or not isinstance(item, dict) or key not in item:
+        return None
+    return "k:" + json.dumps({key: item[key]}, separators=(",", ":"))
+
+
+def member_paths(value: Any, prefix: FieldPath = (), structure: frozenset[FieldPath] = STRUCTURE) -> set[FieldPath]:
+    """The members ``value`` sets: leaves (non-maps and empty maps) and non-empty maps outside ``structure``.
+
+    An apply configuration leaves the declared objects out (:data:`STRUCTURE`); an update, whose set is
+    what it changed in the whole object, owns ``spec`` and ``spec.data`` too (:data:`UPDATE_STRUCTURE`).
+    """
     if isinstance(value, dict) and value:
-        found: set[FieldPath] = set() if prefix in STRUCTURE else {prefix}
+        found: set[FieldPath] = set() if prefix in structure else {prefix}
         for key, sub in value.items():
-            found |= member_paths(sub, (*prefix, key))
+            found |= member_paths(sub, (*prefix, key), structure)
         return found
+    if isinstance(value, list) and value and prefix in KEYED_LISTS:
+        parts = [item_part(prefix, item) for item in value]
+        if all(parts):
+            return {(*prefix, str(part)) for part in parts}
     return {prefix} if prefix else set()
 
 
@@ -113,7 +132,12 @@ def node_changed(before: Any, after: Any) -> bool:
 
 def lookup(obj: Any, path: FieldPath) -> Any:
     """The value at ``path``, or :data:`MISSING`."""
-    for part in path:
+    for index, part in enumerate(path):
+        if isinstance(obj, list) and part.startswith("k:"):
+            obj = next((item for item in obj if item_part(path[:index], item) == part), MISSING)
+            if obj is MISSING:
+                return MISSING
+            continue
         if not isinstance(obj, dict) or part not in obj:
             return MISSING
         obj = obj[part]
@@ -124,11 +148,20 @@ def _remove(obj: dict[str, Any], path: FieldPath) -> None:
     """Delete the member at ``path`` (in place); each map on the way that this leaves empty becomes null."""
     parents = []
     node: Any = obj
-    for part in path[:-1]:
-        if not isinstance(node, dict) or not isinstance(node.get(part), dict):
+    for index, part in enumerate(path[:-1]):
+        keyed_list = path[: index + 1] in KEYED_LISTS and index == len(path) - 2
+        if not isinstance(node, dict) or not isinstance(node.get(part), list if keyed_list else dict):
             return  # gone already, or no longer a map: nothing of it left to remove
         parents.append((node, part))
         node = node[part]
+    if isinstance(node, list):  # an item of a keyed list
+        parent, key = parents.pop()
+        kept = [item for item in node if item_part(path[:-1], item) != path[-1]]
+        if kept:
+            parent[key] = kept
+        else:
+            del parent[key]  # an empty list is omitted, as typed metadata omits it
+        return
     if not isinstance(node, dict) or path[-1] not in node:
         return
     del node[path[-1]]
@@ -177,22 +210,26 @@ def to_fields_v1(paths: Iterable[FieldPath]) -> dict[str, Any]:
     for path in sorted(members):
         node = tree
         for part in path:
-            node = node.setdefault(f"f:{part}", {})
+            node = node.setdefault(_tree_key(part), {})
     for path in members:
         node = tree
         for part in path:
-            node = node[f"f:{part}"]
+            node = node[_tree_key(part)]
         if node:
             node["."] = {}
     return _sorted_tree(tree)
 
 
+def _tree_key(part: str) -> str:
+    return part if part.startswith("k:") else f"f:{part}"
+
+
 def from_fields_v1(tree: dict[str, Any], prefix: FieldPath = ()) -> set[FieldPath]:
-    """Inverse of :func:`to_fields_v1` (``.`` and keyed list items own their parent as a whole)."""
+    """Inverse of :func:`to_fields_v1` (other list item forms, ``v:`` and ``i:``, own their list as a whole)."""
     found: set[FieldPath] = set()
     for key, sub in tree.items():
-        if key.startswith("f:"):
-            path = (*prefix, key[2:])
+        if key.startswith(("f:", "k:")):
+            path = (*prefix, key[2:] if key.startswith("f:") else key)
             found |= from_fields_v1(sub, path) if sub else {path}
         elif prefix:
             found.add(prefix)
@@ -215,7 +252,10 @@ def load_entries(obj: dict[str, Any] | None) -> list[ManagedEntry]:
 
 
 def render_entries(entries: Iterable[ManagedEntry]) -> list[dict[str, Any]]:
-    return [e.to_json() for e in entries if e.fields]
+    """The ``managedFields`` list in the server's order: by operation (Apply first), time (none first),
+    manager and apiVersion; entries owning nothing are dropped."""
+    ordered = sorted(entries, key=lambda e: (e.operation, e.time, e.manager, e.api_version))
+    return [e.to_json() for e in ordered if e.fields]
 
 
 def _sorted_tree(tree: dict[str, Any]) -> dict[str, Any]:
@@ -264,9 +304,9 @@ def server_side_apply(
         replace(e, fields=frozenset(p for p in e.fields - lost.get(i, set()) if lookup(result, p) is not MISSING))
         for i, e in enumerate(others)
     ]
-    applied_entry = ManagedEntry(manager, "Apply", api_version, now, frozenset(wanted))
-    position = entries.index(mine) if mine else len(new_entries)
-    new_entries.insert(min(position, len(new_entries)), applied_entry)
+    changed = owned_content(result) != owned_content(current)
+    when = now if changed else (mine.time if mine else "")
+    new_entries.append(ManagedEntry(manager, "Apply", api_version, when, frozenset(wanted)))
     result.setdefault("metadata", {})["managedFields"] = render_entries(new_entries)
     return result
 
@@ -276,7 +316,8 @@ def record_update(
 ) -> list[dict[str, Any]]:
     """``managedFields`` for ``new`` after ``manager`` replaced ``old`` with it (create when old is None)."""
     old_content, new_content = owned_content(old), owned_content(new)
-    changed = {p for p in member_paths(new_content) if node_changed(lookup(old_content, p), lookup(new_content, p))}
+    members = member_paths(new_content, structure=UPDATE_STRUCTURE)
+    changed = {p for p in members if node_changed(lookup(old_content, p), lookup(new_content, p))}
     kept: list[ManagedEntry] = []
     mine: ManagedEntry | None = None
     for entry in load_entries(old):

@@ -337,7 +337,8 @@ def test_server_side_apply_creates_then_updates(server: FakeKubeServer, custom):
     assert first["spec"] == body["spec"]
     (entry,) = first["metadata"]["managedFields"]
     assert (entry["manager"], entry["operation"], entry["fieldsType"]) == ("dynamo-worker", "Apply", "FieldsV1")
-    assert entry["fieldsV1"]["f:metadata"] == {"f:ownerReferences": {}}
+    uid = body["metadata"]["ownerReferences"][0]["uid"]
+    assert entry["fieldsV1"]["f:metadata"] == {"f:ownerReferences": {f'k:{{"uid":"{uid}"}}': {}}}  # keyed by uid
     assert "f:pyns/backend/generate/1" in entry["fieldsV1"]["f:spec"]["f:data"]["f:endpoints"]
 
     body["spec"]["data"]["endpoints"] = {"pyns/backend/generate/2": endpoint(2)}

@@ -70,6 +70,12 @@ def spec_text(text: str) -> str:
     return text[text.index('"spec":') :].rstrip()
 
 
+def managed_fields(obj: dict[str, Any]) -> list[tuple[str, str, bool, Any]]:
+    """The ``managedFields`` entries in order: manager, operation, whether timed, and the fields they own."""
+    entries = obj["metadata"].get("managedFields") or []
+    return [(e["manager"], e["operation"], "time" in e, e["fieldsV1"]) for e in entries]
+
+
 class Replay:
     """Sends a transcript's recorded requests to the fake and compares each answer with the recorded one.
 
@@ -171,6 +177,7 @@ class Replay:
         assert set(got) == set(want), where
         assert got.get("spec") == want.get("spec"), where
         assert got["metadata"]["generation"] == want["metadata"]["generation"], where
+        assert managed_fields(got) == managed_fields(want), where
         self._check_version(want, got)
 
     @staticmethod
