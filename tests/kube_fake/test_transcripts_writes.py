@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import http.client
 import json
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from testrigs.kube_fake import NAMESPACES, PODS, WORKER_METADATA, FakeKubeServer
+from testrigs.kube_fake.jsonwire import encode, sorted_keys, stored_value
 
 from .transcripts import Step, load
 
@@ -140,13 +142,14 @@ class Replay:
                 self.subs[f'"{key}": "{recorded_meta[key]}"'] = f'"{key}": "{got_meta[key]}"'
                 self.subs[f"{key}={recorded_meta[key]}"] = f"{key}={got_meta[key]}"
 
-    def _check_version(self, recorded: dict[str, Any], got: dict[str, Any]) -> None:
-        name, was, now = recorded["metadata"]["name"], recorded["metadata"]["resourceVersion"], got["metadata"]
+    def _check_version(self, name: str, recorded: dict[str, Any], got: dict[str, Any]) -> None:
+        """``name``'s resourceVersion (an object's, or a list's by path) changes exactly when the recorded one did."""
+        was, now = recorded["metadata"]["resourceVersion"], got["metadata"]["resourceVersion"]
         if name in self.versions:
             recorded_before, fake_before = self.versions[name]
             same = was == recorded_before
-            assert (now["resourceVersion"] == fake_before) == same, f"{name}: resourceVersion changed: {not same}"
-        self.versions[name] = (was, now["resourceVersion"])
+            assert (now == fake_before) == same, f"{name}: resourceVersion changed: {not same}"
+        self.versions[name] = (was, now)
 
     def check(self, step: Step, answer: Answer) -> None:
         """The answer matches the recorded one in every run-independent fact."""
@@ -163,6 +166,7 @@ class Replay:
             assert got == want, where
         elif "items" in want:
             self.check_list(want, got, where)
+            self._check_version("list " + re.sub(r"&?continue=[^&]*", "", step.path), want, got)  # pages of one list
         else:
             self.check_object(want, got, where)
         if "body_text" in recorded and '"spec":' in recorded["body_text"]:
@@ -178,7 +182,7 @@ class Replay:
         assert got.get("spec") == want.get("spec"), where
         assert got["metadata"]["generation"] == want["metadata"]["generation"], where
         assert managed_fields(got) == managed_fields(want), where
-        self._check_version(want, got)
+        self._check_version(want["metadata"]["name"], want, got)
 
     @staticmethod
     def check_list(want: dict[str, Any], got: dict[str, Any], where: str) -> None:
@@ -217,9 +221,17 @@ class Replay:
             finally:
                 conn.close()
 
-    def run(self, skip: dict[int, str] | None = None, headers: dict[int, dict[str, str]] | None = None) -> None:
-        """Replay every step in order (``skip``: index -> why the fake cannot model it)."""
+    def run(
+        self,
+        skip: dict[int, str] | None = None,
+        headers: dict[int, dict[str, str]] | None = None,
+        after: dict[int, Callable[[], object]] | None = None,
+    ) -> None:
+        """Replay every step in order (``skip``: index -> why the fake cannot model it; ``headers``: extra
+        request headers by index; ``after``: what to do once a step is checked)."""
         for index, step in enumerate(self.steps):
+            if after and index - 1 in after:
+                after[index - 1]()
             if skip and index in skip:
                 continue
             if "watch=true" in step.path:
@@ -255,6 +267,17 @@ def test_numbers_come_back_as_the_go_server_renders_them(server: FakeKubeServer)
     replay = Replay(server, "numbers")
     replay.create_setting()
     replay.run()
+
+
+def test_every_recorded_number_is_stored_and_written_as_the_go_server_does():
+    step = load("numbers").steps[1]  # the library's apply, and the exact text the server answered
+    sent = json.loads(step.request["body"])["spec"]["data"]["model_cards"]
+    (card,) = [record["card_json"] for record in sent.values()]
+    answered = step.response["body_text"]
+    for key in ("nums", "nums_list"):
+        start = answered.index(f'"{key}":')
+        expected = answered[start : answered.index("}" if key == "nums" else "]", start) + 1]
+        assert f'"{key}":' + encode(sorted_keys(stored_value(card[key]))).decode() == expected
 
 
 def test_pruning_and_schema_validation(server: FakeKubeServer):
@@ -305,9 +328,8 @@ def test_pagination_pages_carry_continue_remaining_count_and_the_first_version(s
         path = f"{CR_BASE}/pagination/dynamoworkermetadatas/w-{index}?fieldManager=dynamo-worker&force=true"
         server.create_namespace("pagination")
         assert send(server, "PATCH", path, body, "application/apply-patch+yaml").status == 201
-    replay.run()
-    first, *later = [step.response["body"]["metadata"]["resourceVersion"] for step in replay.steps[:3]]
-    assert all(version == first for version in later)  # what the version mapping above held the fake to
+    # a write elsewhere between the pages: they still carry the first page's resourceVersion (Replay.check_list)
+    replay.run(after={0: lambda: server.create_pod("elsewhere", namespace="other")})
 
 
 # ----- namespaces --------------------------------------------------------------------------------------
