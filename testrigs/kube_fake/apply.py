@@ -2,10 +2,11 @@
 
 Simplified structured-merge semantics, enough for one or a few field managers on a CR:
 
-* a manager owns a set of *members*: every leaf it set (a scalar, null, an empty map or a list, lists
-  being atomic, so ``metadata.ownerReferences`` is owned as a whole) and every non-empty map below the
-  object's declared structure (``metadata.labels``, the maps inside ``spec.data``; fieldsV1 marks those
-  with ``"."``); ``root``, ``metadata``, ``spec``, ``spec.data`` and ``status`` are structure, not members;
+* a manager owns a set of *members*: every leaf it set (a scalar, null, an empty map or a list; lists are
+  atomic except ``metadata.ownerReferences``, whose items are members keyed by uid, ``k:{"uid":...}``) and
+  every non-empty map below the object's declared structure (``metadata.labels``, the maps inside
+  ``spec.data``; fieldsV1 marks those with ``"."``); ``root``, ``metadata``, ``spec``, ``spec.data`` and
+  ``status`` are structure, not members, for an apply (an update owns ``spec`` and ``spec.data`` too);
 * ``apiVersion``, ``kind`` and the server-set metadata (name, uid, resourceVersion, …) are never owned;
 * an apply merges its configuration into the live object (maps merge key by key; anything else, null
   included, replaces), then removes the members its manager applied before and now omits unless someone
@@ -13,7 +14,9 @@ Simplified structured-merge semantics, enough for one or a few field managers on
   structured-merge-diff does: re-applying ``{}`` then stores ``{}``;
 * a member another manager owns conflicts when the apply changes it (a map changes only when it appears
   or changes type: its keys are members of their own); 409 without ``force``, with it the applier takes over;
-* an update (create, PUT, merge patch) gives its manager the members it changed and takes them from the others.
+* an update (create, PUT, merge patch) gives its manager the members it changed and takes them from the others;
+* ``managedFields`` entries are ordered by operation, time and manager; a write that changed nothing but
+  its manager's field set leaves that entry without a time.
 """
 
 from __future__ import annotations
