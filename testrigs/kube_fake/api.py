@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from . import resources as res
+from . import schema
 from . import status as st
 from .access import PATH as ACCESS_REVIEWS_PATH
 from .access import AccessReviews
+from .jsonwire import stored_value
 from .resources import ResourceType
 from .selectors import FieldSelector, LabelSelector, Selection
 from .store import Store
@@ -58,11 +61,13 @@ class Request:
 
 @dataclass
 class Reply:
-    """A complete JSON response."""
+    """A complete response: JSON ``body``, or plain ``text`` when that is set."""
 
     code: int
     body: dict[str, Any]
     headers: dict[str, str] = field(default_factory=dict)
+    text: str | None = None
+    warnings: list[str] = field(default_factory=list)  # one ``Warning`` header each
 
 
 @dataclass
@@ -132,22 +137,42 @@ class _InjectedError(st.ApiError):
         self.headers = headers
 
 
+_JSON_SURROGATE_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_YAML_ERROR = "error decoding YAML: error converting YAML to JSON: yaml: "
+
+
+def _yaml_problem(exc: Exception) -> str:
+    """A PyYAML error in go-yaml's words, as far as the transcripts show them."""
+    problem = str(getattr(exc, "problem", None) or exc)
+    mark = getattr(exc, "problem_mark", None)
+    if problem.startswith("expected the node content"):
+        problem = "did not find expected node content"
+    return f"line {mark.line + 1}: {problem}" if mark is not None else problem
+
+
 def _decode(req: Request) -> Any:
-    """The request body as JSON (or YAML, for YAML media types such as apply patches)."""
+    """The request body, parsed and turned into what the server stores (:func:`.jsonwire.stored_value`).
+
+    JSON bodies are read as Go's encoding/json does (a lone surrogate escape becomes U+FFFD). An apply
+    body is YAML (JSON being YAML), and go-yaml refuses a JSON surrogate-pair escape such as
+    ``\\ud83d\\ude80``: 400 "found invalid Unicode character escape code".
+    """
     if not req.body.strip():
         raise st.bad_request("the request body is empty")
     text = req.body.decode("utf-8", errors="replace")
+    if req.content_type == APPLY and _JSON_SURROGATE_ESCAPE.search(text):
+        raise st.bad_request(_YAML_ERROR + "found invalid Unicode character escape code")
     try:
-        return json.loads(text)
+        return stored_value(json.loads(text))
     except ValueError:
         if "yaml" not in req.content_type:
             raise st.bad_request("the request body is not valid JSON") from None
     import yaml
 
     try:
-        return yaml.safe_load(text)
+        return stored_value(yaml.safe_load(text))
     except yaml.YAMLError as exc:
-        raise st.bad_request(f"the request body is not valid YAML: {exc}") from None
+        raise st.bad_request(_YAML_ERROR + _yaml_problem(exc)) from None
 
 
 def _manager(req: Request) -> str:
@@ -201,12 +226,24 @@ class KubeApi:
         self.crd_installed = True
         self.validate = True
         self.access_reviews = AccessReviews(faults)
+        self.valid_tokens: frozenset[str] | None = None  # None: any bearer token is accepted
+
+    def _authenticated(self, req: Request) -> bool:
+        """False for a bearer token outside :attr:`valid_tokens` (no token at all: anonymous, accepted)."""
+        authorization = req.headers.get("Authorization") or ""
+        if self.valid_tokens is None or not authorization.lower().startswith("bearer "):
+            return True
+        return authorization[7:].strip() in self.valid_tokens
 
     def handle(self, req: Request) -> Reply | WatchReply:
+        if not self._authenticated(req):
+            return Reply(401, st.ApiError(401, "Unauthorized").to_status())
         try:
             return self._route(req)
         except _InjectedError as err:
             return Reply(err.code, err.to_status(), err.headers)
+        except st.PageNotFound as err:
+            return Reply(err.code, {}, text=err.TEXT)
         except st.ApiError as err:
             return Reply(err.code, err.to_status())
 
@@ -226,7 +263,9 @@ class KubeApi:
         elif len(parts) >= 3 and parts[0] == "apis":
             group, version, rest = parts[1], parts[2], parts[3:]
         else:
-            raise st.path_not_found()
+            raise st.PageNotFound()
+        if not res.serves(group, version, self.crd_installed):
+            raise st.PageNotFound()
         # {name}/status of a namespaced object (5 parts) or of a cluster-scoped one (3)
         in_namespace = rest[:1] == ["namespaces"]
         subresource = rest.pop() if len(rest) == (5 if in_namespace else 3) else None
@@ -259,13 +298,13 @@ class KubeApi:
             return res.api_group_list(self.crd_installed)
         if len(parts) == 2 and parts[0] == "apis":
             if not res.known_group(parts[1], self.crd_installed):
-                raise st.path_not_found()
+                raise st.PageNotFound()
             return res.api_group(parts[1])
         if parts == ["api", "v1"] or (len(parts) == 3 and parts[0] == "apis"):
             group, version = ("", "v1") if parts[0] == "api" else (parts[1], parts[2])
             doc = res.api_resource_list(group, version)
-            if doc is None or (group == res.CUSTOM_GROUP and not self.crd_installed):
-                raise st.path_not_found()
+            if doc is None or not res.serves(group, version, self.crd_installed):
+                raise st.PageNotFound()
             return doc
         return None
 
@@ -317,20 +356,18 @@ class KubeApi:
             meta = {"resourceVersion": str(self.store.resource_version)}
             return Reply(200, {"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta, "items": deleted})
         if verb == "create":
-            body = _check_identity(rt, namespace, _decode(req), None, require_type=False)
+            body, warnings = self._pruned(req, rt, _check_identity(rt, namespace, _decode(req), None, False))
             obj = self.store.create(rt, namespace, body, _manager(req), validate=self.validate, dry_run=_dry_run(req))
-            return Reply(201, obj)
+            return Reply(201, obj, warnings=warnings)
         assert name is not None
         if verb == "get":
             return Reply(200, self.store.get(rt, namespace, name))
         if verb == "update":
-            body = _check_identity(rt, namespace, _decode(req), name, require_type=False)
-            return Reply(
-                200,
-                self.store.replace(
-                    rt, namespace, name, body, _manager(req), validate=self.validate, dry_run=_dry_run(req)
-                ),
+            body, warnings = self._pruned(req, rt, _check_identity(rt, namespace, _decode(req), name, False))
+            replaced = self.store.replace(
+                rt, namespace, name, body, _manager(req), validate=self.validate, dry_run=_dry_run(req)
             )
+            return Reply(200, replaced, warnings=warnings)
         if verb == "patch":
             return self._patch(req, rt, namespace, name)
         return Reply(
@@ -363,6 +400,8 @@ class KubeApi:
                 raise st.invalid_options("PatchOptions", "fieldManager", "Required value: is required for apply patch")
             body = _check_identity(rt, namespace, _decode(req), name, require_type=True)
             self.access_reviews.refuse_create_by_apply(rt, name, self.store.find(rt, namespace, name) is not None)
+            if rt.custom and self.validate:
+                schema.check_apply(rt, (body.get("metadata") or {}).get("namespace") or "", name, body)
             obj, created = self.store.apply(
                 rt,
                 namespace,
@@ -375,15 +414,21 @@ class KubeApi:
             )
             return Reply(201 if created else 200, obj)
         if kind == MERGE or (kind == STRATEGIC and not rt.custom):
-            patch = _decode(req)
-            return Reply(
-                200,
-                self.store.merge_patch(
-                    rt, namespace, name, patch, _manager(req), validate=self.validate, dry_run=dry_run
-                ),
+            patch, warnings = _decode(req), list[str]()
+            if isinstance(patch, dict):
+                patch, warnings = self._pruned(req, rt, patch)
+            patched = self.store.merge_patch(
+                rt, namespace, name, patch, _manager(req), validate=self.validate, dry_run=dry_run
             )
+            return Reply(200, patched, warnings=warnings)
         accepted = [MERGE, APPLY] if rt.custom else [MERGE, STRATEGIC, APPLY]
         raise st.unsupported_media_type(kind, accepted)
+
+    def _pruned(self, req: Request, rt: ResourceType, body: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        """A custom resource body without the fields its schema does not declare, and the warnings naming them."""
+        if not (rt.custom and self.validate):
+            return body, []
+        return schema.prune(rt, body, req.param("fieldValidation"))
 
     def _delete_options(self, req: Request) -> dict[str, Any]:
         if not req.body.strip():

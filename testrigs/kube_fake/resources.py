@@ -191,6 +191,11 @@ def known_group(group: str, crd_installed: bool) -> bool:
     return group in _groups(crd_installed)
 
 
+def serves(group: str, version: str, crd_installed: bool) -> bool:
+    """Whether ``/api[s]/{group}/{version}`` is an API group version the server serves right now."""
+    return any((rt.group, rt.version) == (group, version) and (crd_installed or not rt.custom) for rt in ALL_RESOURCES)
+
+
 def api_resource_list(group: str, version: str) -> dict[str, Any] | None:
     """``GET /api/v1`` or ``GET /apis/{group}/{version}``; None when nothing is served there."""
     resources = [

@@ -386,6 +386,11 @@ class FakeKubeServer:
             self.store.drop_all(WORKER_METADATA)
         self.api.crd_installed = installed
 
+    def set_valid_tokens(self, tokens: Iterable[str] | None) -> None:
+        """Accept only these bearer tokens (another one: 401 ``Unauthorized``); None (the default): any.
+        Requests without a token are anonymous and always accepted."""
+        self.api.valid_tokens = None if tokens is None else frozenset(tokens)
+
     def deny(self, resource: ResourceRef | None, verb: str = "*") -> None:
         """Answer 403 Forbidden to ``verb`` (get, list, watch, create, update, patch, delete, … or ``*``)."""
         self.faults.deny(resolve_resource(resource) if resource else None, verb)

@@ -30,7 +30,7 @@ class ApiError(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
-        self.reason = reason or REASONS.get(code, "Unknown")
+        self.reason = REASONS.get(code, "Unknown") if reason is None else reason  # "": none (omitted)
         self.details = details
 
     def to_status(self) -> dict[str, Any]:
@@ -41,11 +41,12 @@ class ApiError(Exception):
             "metadata": {},
             "status": "Failure",
             "message": self.message,
-            "reason": self.reason,
-            "code": self.code,
         }
+        if self.reason:
+            status["reason"] = self.reason
         if self.details is not None:
             status["details"] = self.details
+        status["code"] = self.code  # the field order of Go's metav1.Status
         return status
 
 
@@ -61,7 +62,18 @@ def not_found(rt: ResourceType, name: str) -> ApiError:
 
 
 def path_not_found() -> ApiError:
+    """A resource the server does not know inside an API group version it serves."""
     return ApiError(404, "the server could not find the requested resource", details={})
+
+
+class PageNotFound(ApiError):
+    """A path outside every served API group version (e.g. a custom resource before its CRD exists): the
+    real server answers plain text ``404 page not found``, not a ``Status``."""
+
+    TEXT = "404 page not found\n"
+
+    def __init__(self) -> None:
+        super().__init__(404, self.TEXT.strip())
 
 
 def already_exists(rt: ResourceType, name: str) -> ApiError:
@@ -80,16 +92,22 @@ def precondition_failed(rt: ResourceType, name: str, message: str) -> ApiError:
     return ApiError(409, f'Operation cannot be fulfilled on {rt.qualified} "{name}": {message}', "Conflict")
 
 
-def apply_conflict(rt: ResourceType, name: str, conflicts: list[tuple[str, str, str]]) -> ApiError:
-    """``conflicts``: (manager, apiVersion, field path such as ``.spec.data``)."""
+def apply_conflict(conflicts: list[tuple[str, str]]) -> ApiError:
+    """``conflicts``: (the manager as :meth:`.apply.ManagedEntry.printed` names it, field path such as
+    ``.spec.data``); message and causes worded as structured-merge-diff does; details carry the causes only."""
     causes = [
-        {"reason": "FieldManagerConflict", "message": f'conflict with "{m}" using {v}', "field": f}
-        for m, v, f in conflicts
+        {"reason": "FieldManagerConflict", "message": f"conflict with {manager}", "field": path}
+        for manager, path in conflicts
     ]
-    noun = "conflict" if len(conflicts) == 1 else "conflicts"
-    listed = "; ".join(f"{c['message']}: {c['field']}" for c in causes)
-    message = f"Apply failed with {len(conflicts)} {noun}: {listed}"
-    return ApiError(409, message, "Conflict", _details(rt, name, causes=causes))
+    if len(conflicts) == 1:
+        message = f"Apply failed with 1 conflict: {causes[0]['message']}: {causes[0]['field']}"
+    else:
+        lines = []
+        for manager in sorted({m for m, _ in conflicts}):
+            lines.append(f"conflicts with {manager}:")
+            lines.extend(f"- {path}" for m, path in conflicts if m == manager)
+        message = f"Apply failed with {len(conflicts)} conflicts: " + "\n".join(lines)
+    return ApiError(409, message, "Conflict", {"causes": causes})
 
 
 def invalid(rt: ResourceType, name: str, causes: list[tuple[str, str, str]]) -> ApiError:

@@ -19,8 +19,10 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any
 
+from . import schema
 from . import status as st
 from .apply import ApplyConflict, dotted, merge_patch, record_update, server_side_apply
+from .jsonwire import sorted_keys
 from .objects import build_namespace, now, with_namespace_defaults
 from .resources import ALL_RESOURCES, NAMESPACES, ResourceType
 from .selectors import Selection
@@ -31,6 +33,11 @@ Hook = Callable[[Change], None]
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _SNAPSHOTS_KEPT = 64
 _TOKEN_VERSION = "kube-fake/v1"
+
+
+def sorted_keys_shallow(page: dict[str, Any]) -> dict[str, Any]:
+    """A list document with its own keys sorted (its items are already stored sorted)."""
+    return {key: page[key] for key in sorted(page)}
 
 
 def _meta(obj: dict[str, Any]) -> dict[str, Any]:
@@ -62,28 +69,32 @@ def validate_name(rt: ResourceType, name: str | None) -> None:
     if len(name) > 253 or not _NAME.match(name):
         message = (
             f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric '
-            "characters, '-' or '.', and must start and end with an alphanumeric character"
+            "characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', "
+            f"regex used for validation is '{_NAME.pattern[1:-1]}')"
         )
         raise st.invalid(rt, name, [("FieldValueInvalid", "metadata.name", message)])
 
 
 def validate_custom(rt: ResourceType, obj: dict[str, Any]) -> None:
-    """The DynamoWorkerMetadata schema: ``spec`` an object whose ``data`` is a required object."""
-    if not rt.custom or "spec" not in obj:
-        return
-    name = _meta(obj).get("name", "")
-    spec = obj["spec"]
-    if not isinstance(spec, dict):
-        raise st.invalid(
-            rt, name, [("FieldValueTypeInvalid", "spec", f'Invalid value: "{spec!r}": must be of type object')]
-        )
-    if "data" not in spec:
-        raise st.invalid(rt, name, [("FieldValueRequired", "spec.data", "Required value")])
-    data = spec["data"]
-    if not isinstance(data, dict):
-        kind = "null" if data is None else type(data).__name__
-        message = f'Invalid value: "{kind}": spec.data in body must be of type object: "{kind}"'
-        raise st.invalid(rt, name, [("FieldValueTypeInvalid", "spec.data", message)])
+    """422 unless a custom resource satisfies its CRD's schema (:mod:`.schema`)."""
+    if rt.custom:
+        schema.validate(rt, obj)
+
+
+def _token_problem(token: str) -> str:
+    """Why a continue token does not decode, in the words of Go's base64 and encoding/json."""
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    bad = next((i for i, c in enumerate(token) if c not in alphabet), None)
+    if bad is not None or len(token) % 4 == 1:
+        return f"illegal base64 data at input byte {bad if bad is not None else len(token) - 1}"
+    raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).lstrip(b" \t\r\n")
+    if not raw:
+        return "unexpected end of JSON input"
+    if raw[:1] not in b'{["-0123456789tfn':
+        char = chr(raw[0])
+        quoted = char if char.isprintable() and raw[0] < 0x80 else f"\\u{raw[0]:04x}"
+        return f"invalid character '{quoted}' looking for beginning of value"
+    return "the token is not one this server issued"
 
 
 def _uid_mismatch(rt: ResourceType, name: str, wanted: str, old: dict[str, Any]) -> st.ApiError:
@@ -140,7 +151,7 @@ class Store:
             else:
                 snapshot_id, offset, rv, items = None, 0, self._rv, self.select(rt, selection)
             end = offset + limit if limit > 0 else len(items)
-            metadata: dict[str, Any] = {"resourceVersion": str(rv)}
+            metadata: dict[str, Any] = {"continue": ""} if rt.custom else {}  # a CR list always has "continue"
             if end < len(items):
                 if snapshot_id is None:
                     snapshot_id = secrets.token_hex(8)
@@ -149,12 +160,14 @@ class Store:
                         self._snapshots.popitem(last=False)
                 metadata["continue"] = self._token(snapshot_id, end, rv)
                 metadata["remainingItemCount"] = len(items) - end
-            return {
+            metadata["resourceVersion"] = str(rv)
+            page = {
                 "kind": rt.list_kind,
                 "apiVersion": rt.api_version,
                 "metadata": metadata,
                 "items": items[offset:end],
             }
+            return sorted_keys_shallow(page) if rt.custom else page
 
     @staticmethod
     def _token(snapshot_id: str, offset: int, rv: int) -> str:
@@ -167,8 +180,10 @@ class Store:
             snapshot_id, offset, rv = decoded["s"], int(decoded["o"]), int(decoded["rv"])
             if decoded.get("v") != _TOKEN_VERSION:
                 raise ValueError("unknown token version")
-        except (binascii.Error, ValueError, KeyError, TypeError) as exc:
-            raise st.bad_request(f"continue key is not valid: {exc}") from None
+        except (binascii.Error, ValueError, KeyError, TypeError):
+            raise st.bad_request(
+                f"invalid continue token: continue key is not valid: {_token_problem(token)}"
+            ) from None
         if snapshot_id not in self._snapshots:
             raise st.expired(
                 "The provided continue parameter is too old to display a consistent list result. "
@@ -313,6 +328,9 @@ class Store:
     ) -> dict[str, Any]:
         if old is not None and _comparable(old) == _comparable(new):
             return old  # no-op: nothing written, no event, resourceVersion unchanged
+        if rt.custom:  # an unstructured object: the server writes its keys sorted
+            new["metadata"].setdefault("resourceVersion", "")  # (set at commit, in its sorted place)
+            new = sorted_keys(new)
         if dry_run:
             if old is not None:
                 new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
@@ -442,7 +460,7 @@ class Store:
             try:
                 merged = server_side_apply(old, body, manager, rt.api_version, now(), force=force)
             except ApplyConflict as conflict:
-                raise st.apply_conflict(rt, name, [(m, v, dotted(p)) for m, v, p in conflict.conflicts]) from None
+                raise st.apply_conflict([(m, dotted(p)) for m, p in conflict.conflicts]) from None
             if rt.status_subresource:
                 merged["status"] = copy.deepcopy((old or {}).get("status", {"phase": "Pending"}))
             obj = self._finalize(rt, namespace, name, old, merged)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import socket
 import sys
 import threading
@@ -14,6 +13,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from .api import KubeApi, Reply, Request, WatchReply
+from .jsonwire import encode
 from .resources import ResourceType
 from .watch import bookmark
 
@@ -21,7 +21,8 @@ _LIVENESS_POLL = 0.25  # how often an idle watch stream checks that its client i
 
 
 def _encode(obj: dict[str, Any]) -> bytes:
-    return json.dumps(obj, separators=(",", ":")).encode()
+    """JSON text as the Go API server writes it (literal UTF-8, Go's number forms; :mod:`.jsonwire`)."""
+    return encode(obj)
 
 
 class HttpServer(ThreadingHTTPServer):
@@ -154,13 +155,18 @@ class _Handler(BaseHTTPRequestHandler):
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
 
     def _send(self, reply: Reply) -> None:
-        payload = _encode(reply.body)
+        if reply.text is not None:
+            payload, content_type = reply.text.encode(), "text/plain; charset=utf-8"
+        else:  # Go's json.Encoder ends the document with a newline
+            payload, content_type = _encode(reply.body) + b"\n", "application/json"
         self.send_response(reply.code)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(payload)))
         self.send_header("Cache-Control", "no-cache, private")
         for name, value in reply.headers.items():
             self.send_header(name, value)
+        for warning in reply.warnings:
+            self.send_header("Warning", warning)
         self.end_headers()
         self.wfile.write(payload)
 
