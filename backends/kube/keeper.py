@@ -8,6 +8,12 @@ daemon once it has Failed (``daemon``, for good). A request the API server does 
 count it once a retry failed too (the second attempt in a row), so that one dropped connection
 is no outage; the read barrier, which is not retried, counts it at once.
 
+A source the API server refuses the permission it needs (a watch or a list answered 403:
+``denied``) is a failure too, however recent the latest success: an answer, but one that leaves
+the client blind. It lasts until that source answers (the daemon: until the stream's watch opens).
+Silent watches that the API server is not there to confirm suspend the client (:mod:`.silence`);
+that failure does not last by itself: the cut watches report their own.
+
 The client is SUSPENDED from the first failure that counts, and RECONNECTED once every source
 that failed has answered again: a stream by listing or by opening its watch, a write by
 succeeding. A write that gives up, and a read, stop counting as failing when they end (they do
@@ -67,6 +73,15 @@ class ConnectionKeeper:
                 return
             if lasting:
                 self._failing[source] = reason
+            self._connection.suspend(reason)
+
+    def denied(self, source: str, reason: str) -> None:
+        """The API server refuses ``source`` a permission it needs: SUSPENDED until ``source``
+        answers (never out of date: see the module docstring)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._failing[source] = reason
             self._connection.suspend(reason)
 
     def answered(self, source: str, reason: str, started: float) -> None:
