@@ -28,7 +28,7 @@ class TcpProxy:
         self._listener = listener if listener is not None else socket.create_server(("127.0.0.1", 0), reuse_port=True)
         self.port = self._listener.getsockname()[1]
         self._lock = threading.Lock()
-        self._flowing = threading.Condition(self._lock)  # notified when silence ends or a connection closes
+        self._silence_changed = threading.Condition(self._lock)  # notified when silence ends or a connection closes
         self._sockets: set[socket.socket] = set()
         self._open = True
         self._silent = False
@@ -41,7 +41,7 @@ class TcpProxy:
         with self._lock:
             self._open = False
             doomed, self._sockets = self._sockets, set()
-            self._flowing.notify_all()
+            self._silence_changed.notify_all()
         for sock in doomed:
             _close(sock)
 
@@ -69,7 +69,7 @@ class TcpProxy:
             if not self._silent or self._closed:
                 return
             self._silent = False
-            self._flowing.notify_all()
+            self._silence_changed.notify_all()
             held, self._held = self._held, []
             self._listener = socket.create_server(("127.0.0.1", self.port), reuse_port=True)
         for sock in held:
@@ -81,7 +81,7 @@ class TcpProxy:
             self._closed = True
             self._silent = False
             held, self._held = self._held, []
-            self._flowing.notify_all()
+            self._silence_changed.notify_all()
         for sock in held:
             _close(sock)
         self.cut()
@@ -137,7 +137,7 @@ class TcpProxy:
         finally:
             with self._lock:
                 self._sockets -= {source, sink}
-                self._flowing.notify_all()
+                self._silence_changed.notify_all()
             _close(source)
             _close(sink)
 
@@ -145,7 +145,7 @@ class TcpProxy:
         """Hold what ``source`` sent (data or its end) while the proxy is silent; False when its
         connection was dropped meanwhile."""
         with self._lock:
-            self._flowing.wait_for(lambda: not self._silent or source not in self._sockets)
+            self._silence_changed.wait_for(lambda: not self._silent or source not in self._sockets)
             return source in self._sockets
 
     def _before_forwarding(self, source: socket.socket) -> None:
