@@ -20,7 +20,7 @@ bounded by :data:`CONFIRM_TIMEOUT` seconds so that a blackhole is caught as sure
   stream then reconnects, resuming from its last resourceVersion, and reports its own trouble:
   refused reconnections keep the client SUSPENDED (from the second in a row, as always), and the
   first watch the API server accepts again makes it RECONNECTED (:mod:`.keeper`). A watch that
-  delivered something meanwhile is left alone.
+  delivered something meanwhile is left alone; when every open watch did, nothing happens.
 
 With the defaults a client is SUSPENDED at most SILENCE + CONFIRM_TIMEOUT = 8 s after the API
 server stopped answering (SILENCE when it refuses), plus the thread's scheduling.
@@ -126,7 +126,9 @@ class SilenceWatch:
             if not unreachable(exc):  # a refusal (401, 403, ...) is an answer: the server is there
                 self._confirmed = began
                 return
-            if self._stop.is_set():
+            silent = [s for s in self._streams if (heard := s.heard()) is not None and heard < began]
+            self._confirmed = began  # the cut watches reconnect: their own reports take over
+            if self._stop.is_set() or not silent:  # every open watch delivered meanwhile: the server is there
                 return
             self.unanswered += 1
             quiet = self._clock.monotonic() - last_heard
@@ -136,11 +138,8 @@ class SilenceWatch:
             log.warning("%s; cutting the silent watches so that they reconnect", reason)
             if self._keeper is not None:
                 self._keeper.failed(SOURCE, reason, started, lasting=False)
-            for stream in self._streams:
-                heard = stream.heard()
-                if heard is not None and heard < began:
-                    stream.interrupt(reason)
-            self._confirmed = began  # the cut watches reconnect: their own reports take over
+            for stream in silent:
+                stream.interrupt(reason)
             return
         self._confirmed = began
         if self._keeper is not None:

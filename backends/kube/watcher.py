@@ -258,10 +258,11 @@ class ResourceStream:
     def _watch(self, version: str) -> str:
         """Stream events after ``version``; returns the last resourceVersion seen when the stream ends."""
         plural = self.resource.plural
-        clock = self._clock
+        # the clock's reading, bound once: a line costs one call (the real clock's, unwrapped)
+        now = time.monotonic if type(self._clock) is Clock else self._clock.monotonic
         try:
             for event in self.api.watch(self.resource, version, self._opened):
-                self._heard = clock.monotonic()
+                self._heard = now()
                 if self._stop.is_set():
                     break
                 kind = event.get("type")
