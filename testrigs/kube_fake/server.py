@@ -419,9 +419,12 @@ class FakeKubeServer:
         each namespace: one endpoint per selected pod with an IP, conditions as the real controller
         derives them (:func:`~.objects.controller_endpoint`); the slice carries the Service's labels.
         It acts at once, in the commit chain (a real one takes ~10 ms)."""
-        if change.resource != PODS:
-            return
-        namespace = change.current["metadata"]["namespace"]
+        if change.resource == PODS:
+            self.sync_endpoint_slice(change.current["metadata"]["namespace"])
+
+    def sync_endpoint_slice(self, namespace: str = "default") -> dict[str, Any]:
+        """The slice of Service ``dynamo-workers`` in ``namespace`` as its controller keeps it (created at
+        once, with ``"endpoints": null``, when the Service exists before any pod); pod changes call this."""
         pods = self.store.select(PODS, Selection(namespace))
         endpoints = [
             endpoint
@@ -434,7 +437,9 @@ class FakeKubeServer:
             SERVICE_NAME_LABEL: AUTO_SLICE_NAME,
             MANAGED_BY_LABEL: "endpointslice-controller.k8s.io",
         }
-        self.store.put(ENDPOINT_SLICES, controller_slice(AUTO_SLICE_NAME, namespace, endpoints, labels))
+        return copy.deepcopy(
+            self.store.put(ENDPOINT_SLICES, controller_slice(AUTO_SLICE_NAME, namespace, endpoints, labels))
+        )
 
     # ----- faults and cluster state ----------------------------------------------------------------
     def compact(self) -> str:

@@ -184,7 +184,10 @@ class Store:
         if snapshot_id not in self._snapshots or rv < self._compacted:
             raise st.expired(
                 "The provided continue parameter is too old to display a consistent list result. "
-                "You can start a new list without the continue parameter."
+                "You can start a new list without the continue parameter, or use the continue token in this "
+                "response to retrieve the remainder of the results. Continuing with the provided token results "
+                "in an inconsistent list - objects that were created, modified, or deleted between the time the "
+                "first chunk was returned and now may show up in the list."
             )
         _, items = self._snapshots[snapshot_id]
         return snapshot_id, offset, rv, items
