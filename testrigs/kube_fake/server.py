@@ -330,11 +330,12 @@ class FakeKubeServer:
     def delete(
         self, resource: ResourceRef, name: str, namespace: str = "default", cascade: bool = True
     ) -> dict[str, Any]:
-        """Delete an object (KeyError if absent); dependents are garbage-collected when ``cascade``."""
+        """Delete an object at once (KeyError if absent; a Pod: force-deleted, MODIFIED then DELETED);
+        dependents are garbage-collected soon after when ``cascade``, else orphaned (kept as they are)."""
         rt = resolve_resource(resource)
         if self.store.find(rt, namespace, name) is None:
             raise KeyError(f"{rt.plural} {namespace}/{name} not found")
-        return copy.deepcopy(self.store.delete(rt, namespace, name, cascade=cascade))
+        return copy.deepcopy(self.store.delete(rt, namespace, name, cascade=cascade, grace=0))
 
     def objects(self, resource: ResourceRef, namespace: str | None = None) -> list[dict[str, Any]]:
         """A snapshot of every object of ``resource`` (in ``namespace``, or all)."""
