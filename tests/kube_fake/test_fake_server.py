@@ -669,6 +669,35 @@ def test_a_server_stopped_holding_its_port_refuses_then_serves_the_same_objects_
         fake.stop()
 
 
+def test_stop_cuts_a_graceful_shutdown_short_and_start_serves_again_on_the_port():
+    fake = FakeKubeServer(time_scale=0.01).start()  # timeoutSeconds=600 lasts 6 s
+    api_client = client.ApiClient(client.Configuration(host=fake.url))
+    try:
+        stream = Stream(
+            client.CustomObjectsApi(api_client).list_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            "default",
+            PLURAL,
+            timeout_seconds=600,
+        )
+        fake.wait_for_watchers(PLURAL, 1, timeout=WAIT)
+        port = fake.port
+        fake.shut_down_gracefully(watch_grace=600)
+        with pytest.raises(ConnectionRefusedError):
+            raw(fake, "GET", "/api/v1/namespaces/default/pods")
+        assert not stream.finished.wait(0.2)  # the watch is kept through the grace
+        started = time.monotonic()
+        fake.stop(hold_port=True)
+        stream.wait_finished(timeout=5)
+        assert stream.error is None and time.monotonic() - started < 5
+        fake.start()
+        assert fake.port == port and raw(fake, "GET", "/api/v1/namespaces/default/pods")[0] == 200
+    finally:
+        fake.stop()
+        api_client.close()
+
+
 def test_end_watches_closes_streams_cleanly(server: FakeKubeServer, core, streams):
     stream = start_watch(server, streams, "pods", core.list_namespaced_pod, "default", timeout_seconds=60)
     server.end_watches("pods")
