@@ -3,7 +3,9 @@
 It speaks enough of the real REST protocol for the unmodified official ``kubernetes`` client and
 for kube-rs: discovery, list (selectors, pagination), get, create, replace, merge patch,
 server-side apply with managed fields, delete with owner-reference garbage collection, and
-watches (replay, 410 on compacted history, bookmarks). See :class:`FakeKubeServer`.
+watches (replay from a watch cache per resource, 410 beyond it, bookmarks only after a change), with
+a real server's lifecycle (restart, graceful shutdown) and controllers (EndpointSlices, garbage
+collection) as a recorded kube-apiserver 1.28 behaves. See :class:`FakeKubeServer`.
 """
 
 from .objects import DISCOVERY_LABEL

@@ -19,6 +19,7 @@ APPLY = "application/apply-patch+yaml"
 MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
 DEFAULT_WATCH_TIMEOUT = 1800.0
+TOO_LARGE_VERSION_WAIT = 3.0  # a LIST NotOlderThan a future version waits this long, then 504
 
 
 class Headers(Protocol):
@@ -84,7 +85,8 @@ class _Failure:
 
 
 class Faults:
-    """Denied (resource, verb) pairs and queued injected failures; thread-safe."""
+    """Denied (resource, verb) pairs (RBAC, as a Role without those verbs) and queued injected
+    failures; thread-safe."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -102,11 +104,15 @@ class Faults:
         with self._lock:
             self._failures.append(_Failure(n, code, rt, verb, message, retry_after))
 
+    def denied(self, rt: ResourceType, verb: str) -> bool:
+        with self._lock:
+            return bool({(rt.plural, verb), (rt.plural, "*"), ("*", verb), ("*", "*")} & self._denied)
+
     def check(self, rt: ResourceType, verb: str, namespace: str | None, name: str | None) -> None:
         """Raise the 403 or injected failure this request gets, if any."""
+        if self.denied(rt, verb):
+            raise st.forbidden(rt, verb, namespace, name)
         with self._lock:
-            if {(rt.plural, verb), (rt.plural, "*"), ("*", verb), ("*", "*")} & self._denied:
-                raise st.forbidden(rt, verb, namespace, name)
             for failure in self._failures:
                 if failure.resource not in (None, rt) or failure.verb not in (None, verb):
                     continue
@@ -192,6 +198,7 @@ class KubeApi:
         self.server_address = server_address
         self.crd_installed = True
         self.validate = True
+        self.time_scale = 1.0
 
     def handle(self, req: Request) -> Reply | WatchReply:
         try:
@@ -281,6 +288,8 @@ class KubeApi:
                 limit_n = int(limit) if limit else 0
             except ValueError:
                 raise st.bad_request(f"invalid limit: {limit!r}") from None
+            if not req.param("continue"):
+                self._list_version(req, limit_n > 0)
             page = self.store.list(rt, self._selection(req, rt, namespace, None), limit_n, req.param("continue"))
             return Reply(200, page)
         assert namespace is not None
@@ -306,13 +315,37 @@ class KubeApi:
                 ),
             )
         if verb == "patch":
+            creating = req.content_type == APPLY and self.store.find(rt, namespace, name) is None
+            if creating and self.faults.denied(rt, "create"):  # an apply that would create needs create too
+                raise st.forbidden_create(rt, name)
             return self._patch(req, rt, namespace, name)
         return Reply(
             200,
             self.store.delete(
-                rt, namespace, name, self._preconditions(req), cascade=self._cascade(req), dry_run=_dry_run(req)
+                rt,
+                namespace,
+                name,
+                self._preconditions(req),
+                cascade=self._cascade(req),
+                dry_run=_dry_run(req),
+                grace=self._grace(req),
             ),
         )
+
+    def _list_version(self, req: Request, paged: bool) -> None:
+        """410 for a LIST at a version etcd compacted; a wait, then 504, for one from the future."""
+        wanted = self.store.check_list_version(req.param("resourceVersion"), req.param("resourceVersionMatch"), paged)
+        if wanted is not None:
+            self.store.wait_for_version(wanted, TOO_LARGE_VERSION_WAIT * self.time_scale)
+
+    def _grace(self, req: Request) -> int | None:
+        grace = req.param("gracePeriodSeconds")
+        if grace is None:
+            grace = self._delete_options(req).get("gracePeriodSeconds")
+        try:
+            return None if grace is None else int(grace)
+        except (TypeError, ValueError):
+            raise st.bad_request(f"invalid gracePeriodSeconds: {grace!r}") from None
 
     def _patch(self, req: Request, rt: ResourceType, namespace: str, name: str) -> Reply:
         kind = req.content_type

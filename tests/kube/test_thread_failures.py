@@ -48,7 +48,7 @@ def test_a_crashed_daemon_fails_every_watch_and_the_status(
         raise RuntimeError("injected daemon fault")
 
     monkeypatch.setattr(KubeDaemon, "_handle", broken_handle)
-    server.create_pod("worker-1")  # a change (a real server sends no BOOKMARK on a quiet watch)
+    server.create_pod("bystander")  # the next change (a real server sends no bookmark while nothing changes)
     with pytest.raises(ds.WatchFailed):
         while True:
             watch.get(timeout=WAIT)
