@@ -156,3 +156,39 @@ def test_a_quiet_healthy_server_gets_one_confirmation_per_silence_and_the_client
     finally:
         daemon.stop()
         api.close()
+
+
+def test_a_graceful_shutdown_and_restart_of_the_fake(quiet_server, tmp_path):
+    """The fake's own SIGTERM (graceful_shutdown.json: refused, idle connections closed, watches
+    silent) and restart (apiserver_restart.json: 503 for 1 s, then 410 for the old version)."""
+    kubeconfig = quiet_server.write_kubeconfig(tmp_path / "kubeconfig")
+    client = connect_pod(quiet_server, kubeconfig, "worker-0")
+    peer = connect_pod(quiet_server, kubeconfig, "worker-1")
+    try:
+        endpoint, theirs = client.register(endpoint_spec()), peer.register(endpoint_spec(endpoint="theirs"))
+        assert set(client.list(ds.Query.endpoints())) == {endpoint, theirs}
+        watching(quiet_server)
+        seen = listen(client)
+        went_silent = time.monotonic()
+        quiet_server.shut_down_gracefully()  # its watches stay open, silent, for 60 s
+        suspended = seen.get(timeout=WAIT)
+        to_suspended = time.monotonic() - went_silent
+        assert suspended.state is SUSPENDED and "no watch delivered anything for" in suspended.reason
+        assert to_suspended <= SILENCE + CONFIRM_TIMEOUT + 1.0
+        quiet_server.stop(hold_port=True)  # the process exits (its 60 s cut short)
+        quiet_server.delete_pod("worker-1")  # meanwhile, through another replica: its CR goes with it
+        serving = time.monotonic()
+        quiet_server.start()  # 503 for a moment, then a 410 for the version the watches knew
+        back = seen.get(timeout=WAIT)
+        to_reconnected = time.monotonic() - serving
+        assert back.state is RECONNECTED and client.state is ds.ConnectionState.CONNECTED
+        assert client.list(ds.Query.endpoints()) == [endpoint]
+        assert client.status()["resyncs"] >= 1  # the 410 made it list again
+        log.warning(
+            "graceful shutdown: SUSPENDED after %.2f s, RECONNECTED %.2f s after the restart",
+            to_suspended,
+            to_reconnected,
+        )
+    finally:
+        peer.shutdown()
+        client.shutdown()
