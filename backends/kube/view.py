@@ -350,8 +350,10 @@ class KubeDaemon:
             return
         if isinstance(message, Trouble):
             self.last_error = message.message
-            if self._keeper is not None and message.unreachable and message.failures > 1:
-                self._keeper.failed(f"watch {message.resource}", message.message, message.started)
+            if self._keeper is not None:
+                self._keeper.retrying(f"watch {message.resource}")
+                if message.unreachable and message.failures > 1:
+                    self._keeper.failed(f"watch {message.resource}", message.message, message.started)
             return
         if isinstance(message, Denied):
             self.last_error = message.message

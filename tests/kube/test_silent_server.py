@@ -184,6 +184,8 @@ def test_a_graceful_shutdown_and_restart_of_the_fake(quiet_server, tmp_path):
         assert back.state is RECONNECTED and client.state is ds.ConnectionState.CONNECTED
         assert client.list(ds.Query.endpoints()) == [endpoint]
         assert client.status()["resyncs"] >= 1  # the 410 made it list again
+        # once: the EndpointSlices watch, served at once, did not reconnect it while CRs answered 503
+        assert seen.empty() and [c.state for c in client._connection.history[-2:]] == [SUSPENDED, RECONNECTED]
         log.warning(
             "graceful shutdown: SUSPENDED after %.2f s, RECONNECTED %.2f s after the restart",
             to_suspended,
