@@ -64,7 +64,6 @@ from .liveness import Readiness, WorkerEntry, is_served, parse_rv, ready_from_po
 from .served import ServedSet
 from .silence import SilenceWatch
 from .watcher import (
-    QUALIFIED_NAMES,
     Changed,
     Crashed,
     Denied,
@@ -75,6 +74,7 @@ from .watcher import (
     Progress,
     ResourceStream,
     Trouble,
+    denied_message,
 )
 from .wire import TRANSPORT_ERRORS, KubeApi, Resource, explain, unreachable
 
@@ -262,9 +262,7 @@ class KubeDaemon:
     def _read_denied(self, exc: ApiException, plural: str) -> NoReturn:
         """The read barrier may not list ``plural``: SUSPENDED until a read's list works again,
         and BackendUnavailable saying so."""
-        qualified = QUALIFIED_NAMES.get(plural, plural)
-        what = f"list {qualified} in namespace {self.api.namespace} is forbidden for this client"
-        message = f"{what}: {explain(exc, f'listing {plural}', self.api.server)}"
+        message = denied_message("list", plural, self.api.namespace, exc, self.api.server)
         if self._keeper is not None:
             self._keeper.denied("read", message)
         raise BackendUnavailable(f"Kubernetes discovery cannot see the cluster: {message}") from exc

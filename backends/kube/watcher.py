@@ -111,7 +111,7 @@ class Denied:
 
 @dataclass(frozen=True)
 class Fatal:
-    """The resource cannot be listed at all (CRD missing, access denied)."""
+    """The resource cannot be listed at all (CRD missing, credentials refused)."""
 
     resource: str
     message: str
