@@ -8,6 +8,19 @@ daemon once it has Failed (``daemon``, for good). A request the API server does 
 count it once a retry failed too (the second attempt in a row), so that one dropped connection
 is no outage; the read barrier, which is not retried, counts it at once.
 
+A source the API server refuses the permission it needs (a watch or a list answered 403:
+``denied``) is a failure too, however recent the latest success: an answer, but one that leaves
+the client blind. It lasts until that source answers (the daemon: until the stream's watch opens).
+Silent watches that the API server is not there to confirm suspend the client (:mod:`.silence`);
+that failure does not last by itself: the cut watches report their own.
+
+A source that failed once and is retrying (a stream's first failed attempt, which does not
+count yet) does not suspend the client, but while it has not answered it does not let the
+client resume either: after an API server restart that answers 503 on custom-resource paths
+for a second while serving EndpointSlices, the readiness watch answering first must not make
+the client RECONNECTED while the CR watch is still failing (it would be SUSPENDED again at its
+next try).
+
 The client is SUSPENDED from the first failure that counts, and RECONNECTED once every source
 that failed has answered again: a stream by listing or by opening its watch, a write by
 succeeding. A write that gives up, and a read, stop counting as failing when they end (they do
@@ -48,6 +61,7 @@ class ConnectionKeeper:
         self._recover = recover
         self._lock = threading.Lock()
         self._failing: dict[str, str] = {}  # source -> why it fails
+        self._retrying: set[str] = set()  # sources that failed once and have not answered since
         self._latest_answer = -math.inf  # when the latest request that succeeded began
         self._retry_on_answer = False
         self._closed = False
@@ -69,6 +83,22 @@ class ConnectionKeeper:
                 self._failing[source] = reason
             self._connection.suspend(reason)
 
+    def denied(self, source: str, reason: str) -> None:
+        """The API server refuses ``source`` a permission it needs: SUSPENDED until ``source``
+        answers (never out of date: see the module docstring)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._failing[source] = reason
+            self._connection.suspend(reason)
+
+    def retrying(self, source: str) -> None:
+        """``source`` failed once and retries: it does not suspend the client, but until it
+        answers the client does not resume."""
+        with self._lock:
+            if not self._closed:
+                self._retrying.add(source)
+
     def answered(self, source: str, reason: str, started: float) -> None:
         """A request of ``source`` begun at ``started`` succeeded: RECONNECTED (``reason``) when no
         other source fails; when the CR is LOST and applying it again waits for an answer, that."""
@@ -77,7 +107,8 @@ class ConnectionKeeper:
                 return
             self._latest_answer = max(self._latest_answer, started)
             self._failing.pop(source, None)
-            if self._failing:
+            self._retrying.discard(source)
+            if self._failing or self._retrying:
                 return
             if self._connection.state is ConnectionState.LOST:
                 if self._retry_on_answer:
@@ -91,6 +122,7 @@ class ConnectionKeeper:
         client SUSPENDED, nor does it resume it."""
         with self._lock:
             self._failing.pop(source, None)
+            self._retrying.discard(source)
 
     def cr_gone(self, uid: str | None) -> None:
         """The daemon saw this worker's CR ``uid`` deleted: the keeper thread runs ``recover(uid)``."""

@@ -17,11 +17,22 @@ every feed fails with the cause, never silently.
 
 With a :class:`~.keeper.ConnectionKeeper` the daemon reports what its streams and its read
 barrier see of the API server (failing, answering again), its own failure, and the deletion of
-this pod's own CR (a DELETED event, or a new list without it or with another uid).
+this pod's own CR (a DELETED event, or a new list without it or with another uid). A
+:class:`~.silence.SilenceWatch` confirms watches that have gone quiet (a real API server sends
+no BOOKMARK on a quiet watch, and keeps its watches silent while it shuts down).
+
+A permission the client lacks (``list`` or ``watch`` on either resource, answered 403) does not
+look like an empty cluster: while a stream is refused, or the read barrier's list is, the
+client is SUSPENDED with that reason (naming the verb, the resource and the namespace) and
+every read (``list``, ``get`` of another worker's record, ``list_and_watch``) raises
+BackendUnavailable with it at once, not after a timeout; the stream keeps retrying, and once
+its watch opens the reads work again and the client is RECONNECTED. The state stays Pending when
+the very first list is refused.
 
 :meth:`sync` is the read barrier behind read-your-writes across pods: it lists both resources and
 waits until the view has applied at least that state (comparing resourceVersions as integers, as
-etcd-backed servers issue them).
+etcd-backed servers issue them). It needs no BOOKMARK: the listed objects carry their own
+resourceVersions, which the watch events reach (a quiet cluster is covered by the first list).
 """
 
 from __future__ import annotations
@@ -33,11 +44,12 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from kubernetes.client.exceptions import ApiException
 
 from discovery_sync.broadcast import FeedSet
+from discovery_sync.clock import SYSTEM, Clock
 from discovery_sync.errors import BackendUnavailable
 from discovery_sync.events import Added, DiscoveryEvent, Removed, Resync
 from discovery_sync.identity import DiscoveryInstanceId
@@ -50,7 +62,20 @@ from discovery_sync.watch import WatchFeed
 from .keeper import ConnectionKeeper
 from .liveness import Readiness, WorkerEntry, is_served, parse_rv, ready_from_pods, ready_from_slices, update_entry
 from .served import ServedSet
-from .watcher import Changed, Crashed, Fatal, Listed, Message, Opened, Progress, ResourceStream, Trouble
+from .silence import SilenceWatch
+from .watcher import (
+    Changed,
+    Crashed,
+    Denied,
+    Fatal,
+    Listed,
+    Message,
+    Opened,
+    Progress,
+    ResourceStream,
+    Trouble,
+    denied_message,
+)
 from .wire import TRANSPORT_ERRORS, KubeApi, Resource, explain, unreachable
 
 log = logging.getLogger("discovery_sync.backends.kube")
@@ -105,7 +130,13 @@ class KubeDaemon:
     """The view of one namespace for one client; see the module docstring."""
 
     def __init__(
-        self, api: KubeApi, *, mode: str, own_cr_name: str | None, keeper: ConnectionKeeper | None = None
+        self,
+        api: KubeApi,
+        *,
+        mode: str,
+        own_cr_name: str | None,
+        keeper: ConnectionKeeper | None = None,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.api = api
         self._keeper = keeper
@@ -128,7 +159,12 @@ class KubeDaemon:
         self.last_error = ""
         self.resyncs = 0
         self._stale_warned = False
-        self._streams = [ResourceStream(api, cache.resource, self._queue.put) for cache in self._caches.values()]
+        #: why a stream lacks a permission, by source (``watch <plural>``); the read barrier raises its own
+        self._denied: dict[str, str] = {}
+        self._streams = [
+            ResourceStream(api, cache.resource, self._queue.put, clock=clock) for cache in self._caches.values()
+        ]
+        self.silence = SilenceWatch(api, self._streams, keeper, clock=clock)
         self._thread = start_thread(THREAD_NAME, self._run, self._fail, start=False)
 
     # -- lifecycle ----------------------------------------------------------------------------------
@@ -136,9 +172,11 @@ class KubeDaemon:
         self._thread.start()
         for stream in self._streams:
             stream.start()
+        self.silence.start()
 
     def stop(self) -> None:
         """Stop the threads and close every feed; the state becomes Stopped (unless it Failed)."""
+        self.silence.stop()
         for stream in self._streams:
             stream.stop()
         self._queue.put(None)
@@ -152,22 +190,26 @@ class KubeDaemon:
 
     def join(self, timeout: float) -> bool:
         """Wait (at most ``timeout`` s) for the threads to end after a stop or failure; True when they did."""
-        for thread in [self._thread, *(s._thread for s in self._streams)]:
+        for thread in [self._thread, self.silence.thread, *(s._thread for s in self._streams)]:
             if thread.is_alive() and thread is not threading.current_thread():
                 thread.join(timeout)
         return not self.threads()
 
     def threads(self) -> list[str]:
         """Names of this daemon's live threads."""
-        alive = [self._thread] if self._thread.is_alive() else []
+        alive = [t for t in (self._thread, self.silence.thread) if t.is_alive()]
         return [t.name for t in alive] + [s._thread.name for s in self._streams if s.is_alive()]
 
     # -- waiting ------------------------------------------------------------------------------------
     def wait_ready(self, timeout: float) -> None:
-        """Return once Ready; BackendUnavailable when Failed, Stopped or still Pending after ``timeout``."""
+        """Return once Ready; BackendUnavailable when Failed, Stopped, still Pending after
+        ``timeout``, or (at once) while a permission it needs is refused."""
         with self._changed:
-            self._changed.wait_for(lambda: self.state is not State.PENDING, timeout)
+            self._changed.wait_for(lambda: self.state is not State.PENDING or bool(self._denied), timeout)
             state, reason, last_error = self.state, self.reason, self.last_error
+            denied = list(self._denied.values())
+        if denied and state in (State.PENDING, State.READY):
+            raise BackendUnavailable(f"Kubernetes discovery cannot see the cluster: {'; '.join(denied)}")
         if state is State.READY:
             return
         if state is State.FAILED:
@@ -191,11 +233,13 @@ class KubeDaemon:
         for cache in self._caches.values():
             try:
                 objects, version = self.api.list_all(cache.resource)
-            except (ApiException, *TRANSPORT_ERRORS) as exc:
-                message = explain(exc, f"listing {cache.resource.plural}", self.api.server)
-                if self._keeper is not None and unreachable(exc):
-                    self._keeper.failed("read", message, started, lasting=False)
-                self._warn_stale(message)
+            except ApiException as exc:
+                if exc.status == 403:
+                    self._read_denied(exc, cache.resource.plural)
+                self._barrier_failed(exc, cache.resource.plural, started)
+                return False
+            except TRANSPORT_ERRORS as exc:
+                self._barrier_failed(exc, cache.resource.plural, started)
                 return False
             targets.append((cache, objects, version))
         self._answered("read", "a read's list", started)
@@ -208,6 +252,20 @@ class KubeDaemon:
         else:
             self._stale_warned = False
         return current
+
+    def _barrier_failed(self, exc: BaseException, plural: str, started: float) -> None:
+        message = explain(exc, f"listing {plural}", self.api.server)
+        if self._keeper is not None and unreachable(exc):
+            self._keeper.failed("read", message, started, lasting=False)
+        self._warn_stale(message)
+
+    def _read_denied(self, exc: ApiException, plural: str) -> NoReturn:
+        """The read barrier may not list ``plural``: SUSPENDED until a read's list works again,
+        and BackendUnavailable saying so."""
+        message = denied_message("list", plural, self.api.namespace, exc, self.api.server)
+        if self._keeper is not None:
+            self._keeper.denied("read", message)
+        raise BackendUnavailable(f"Kubernetes discovery cannot see the cluster: {message}") from exc
 
     def _warn_stale(self, why: str) -> None:
         if not self._stale_warned:
@@ -247,6 +305,8 @@ class KubeDaemon:
                 "served_workers": sorted(e.name for e in self._entries.values() if is_served(e, ready)),
                 "served_records": len(self._served),
                 "resyncs": self.resyncs,
+                "denied": dict(self._denied),
+                "silence_confirmations": self.silence.confirmations,
                 "watches": len(self._feeds),
                 "threads": self.threads(),
             }
@@ -288,10 +348,19 @@ class KubeDaemon:
             return
         if isinstance(message, Trouble):
             self.last_error = message.message
-            if self._keeper is not None and message.unreachable and message.failures > 1:
-                self._keeper.failed(f"watch {message.resource}", message.message, message.started)
+            if self._keeper is not None:
+                self._keeper.retrying(f"watch {message.resource}")
+                if message.unreachable and message.failures > 1:
+                    self._keeper.failed(f"watch {message.resource}", message.message, message.started)
+            return
+        if isinstance(message, Denied):
+            self.last_error = message.message
+            self._denied[f"watch {message.resource}"] = message.message
+            if self._keeper is not None:
+                self._keeper.denied(f"watch {message.resource}", message.message)
             return
         if isinstance(message, Opened):
+            self._denied.pop(f"watch {message.resource}", None)
             self._answered(f"watch {message.resource}", f"watching {message.resource}", message.started)
             return
         cache = self._caches[message.resource]
@@ -299,7 +368,8 @@ class KubeDaemon:
             cache.advance(message.resource_version)
             return
         if isinstance(message, Listed):
-            self._answered(f"watch {message.resource}", f"listing {message.resource}", message.started)
+            if f"watch {message.resource}" not in self._denied:  # refused: only its watch opening mends that
+                self._answered(f"watch {message.resource}", f"listing {message.resource}", message.started)
             self._listed(cache, message)
             return
         assert isinstance(message, Changed)
@@ -420,6 +490,7 @@ class KubeDaemon:
         if self._keeper is not None:  # reads fail from now on, with this reason
             self._keeper.failed("daemon", f"Kubernetes discovery failed: {reason}", time.monotonic())
         self._feeds.fail(exc)
+        self.silence.stop(timeout=0)
         for stream in self._streams:
             stream.stop(timeout=0)
 

@@ -25,6 +25,7 @@ APPLY = "application/apply-patch+yaml"
 MERGE = "application/merge-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
 DEFAULT_WATCH_TIMEOUT = 1800.0
+TOO_LARGE_VERSION_WAIT = 3.0  # a LIST NotOlderThan a future version waits this long, then 504
 
 
 class Headers(Protocol):
@@ -92,7 +93,8 @@ class _Failure:
 
 
 class Faults:
-    """Denied (resource, verb) pairs and queued injected failures; thread-safe."""
+    """Denied (resource, verb) pairs (RBAC, as a Role without those verbs) and queued injected
+    failures; thread-safe."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -110,11 +112,15 @@ class Faults:
         with self._lock:
             self._failures.append(_Failure(n, code, rt, verb, message, retry_after))
 
+    def denied(self, rt: ResourceType, verb: str) -> bool:
+        with self._lock:
+            return bool({(rt.plural, verb), (rt.plural, "*"), ("*", verb), ("*", "*")} & self._denied)
+
     def check(self, rt: ResourceType, verb: str, namespace: str | None, name: str | None) -> None:
         """Raise the 403 or injected failure this request gets, if any."""
+        if self.denied(rt, verb):
+            raise st.forbidden(rt, verb, namespace, name)
         with self._lock:
-            if {(rt.plural, verb), (rt.plural, "*"), ("*", verb), ("*", "*")} & self._denied:
-                raise st.forbidden(rt, verb, namespace, name)
             for failure in self._failures:
                 if failure.resource not in (None, rt) or failure.verb not in (None, verb):
                     continue
@@ -227,6 +233,7 @@ class KubeApi:
         self.validate = True
         self.access_reviews = AccessReviews(faults)
         self.valid_tokens: frozenset[str] | None = None  # None: any bearer token is accepted
+        self.time_scale = 1.0
 
     def _authenticated(self, req: Request) -> bool:
         """False for a bearer token outside :attr:`valid_tokens` (no token at all: anonymous, accepted)."""
@@ -346,6 +353,8 @@ class KubeApi:
                 limit_n = int(limit) if limit else 0
             except ValueError:
                 raise st.bad_request(f"invalid limit: {limit!r}") from None
+            if not req.param("continue"):
+                self._list_version(req, limit_n > 0)
             page = self.store.list(rt, self._selection(req, rt, namespace, None), limit_n, req.param("continue"))
             return Reply(200, page)
         assert namespace is not None
@@ -369,11 +378,20 @@ class KubeApi:
             )
             return Reply(200, replaced, warnings=warnings)
         if verb == "patch":
+            creating = req.content_type == APPLY and self.store.find(rt, namespace, name) is None
+            if creating and self.faults.denied(rt, "create"):  # an apply that would create needs create too
+                raise st.forbidden_create(rt, name)
             return self._patch(req, rt, namespace, name)
         return Reply(
             200,
             self.store.delete(
-                rt, namespace, name, self._preconditions(req), cascade=self._cascade(req), dry_run=_dry_run(req)
+                rt,
+                namespace,
+                name,
+                self._preconditions(req),
+                cascade=self._cascade(req),
+                dry_run=_dry_run(req),
+                grace=self._grace(req),
             ),
         )
 
@@ -386,6 +404,21 @@ class KubeApi:
         if verb != "patch" or req.content_type not in (MERGE, STRATEGIC):
             raise st.ApiError(405, f"the fake serves only GET and merge PATCH of {rt.plural}/status")
         return Reply(200, patch_status(self.store, rt, namespace, name, _decode(req), _manager(req)))
+
+    def _list_version(self, req: Request, paged: bool) -> None:
+        """410 for a LIST at a version etcd compacted; a wait, then 504, for one from the future."""
+        wanted = self.store.check_list_version(req.param("resourceVersion"), req.param("resourceVersionMatch"), paged)
+        if wanted is not None:
+            self.store.wait_for_version(wanted, TOO_LARGE_VERSION_WAIT * self.time_scale)
+
+    def _grace(self, req: Request) -> int | None:
+        grace = req.param("gracePeriodSeconds")
+        if grace is None:
+            grace = self._delete_options(req).get("gracePeriodSeconds")
+        try:
+            return None if grace is None else int(grace)
+        except (TypeError, ValueError):
+            raise st.bad_request(f"invalid gracePeriodSeconds: {grace!r}") from None
 
     def _patch(self, req: Request, rt: ResourceType, namespace: str, name: str) -> Reply:
         kind = req.content_type

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import hashlib
 from collections.abc import Iterable, Sequence
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 DISCOVERY_LABEL = "nvidia.com/dynamo-discovery-enabled"
@@ -16,9 +16,9 @@ MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
 Target = tuple[str | None, str | None, bool]
 
 
-def now() -> str:
-    """RFC 3339 UTC timestamp with second precision, as the API server writes them."""
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+def now(later: float = 0) -> str:
+    """RFC 3339 UTC timestamp with second precision, as the API server writes them (``later`` seconds on)."""
+    return (datetime.now(timezone.utc) + timedelta(seconds=later)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def pod_ip(namespace: str, name: str) -> str:
@@ -115,6 +115,53 @@ def pod_is_ready(pod: dict[str, Any]) -> bool:
         return False
     statuses = (pod.get("status") or {}).get("containerStatuses") or []
     return bool(statuses) and all(c.get("ready") for c in statuses)
+
+
+def pod_ready_condition(pod: dict[str, Any]) -> bool:
+    """The pod's Ready condition (what the EndpointSlice controller reads), else all containers ready."""
+    status = pod.get("status") or {}
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return bool(condition.get("status") == "True")
+    statuses = status.get("containerStatuses") or []
+    return bool(statuses) and all(c.get("ready") for c in statuses)
+
+
+def controller_endpoint(pod: dict[str, Any]) -> dict[str, Any] | None:
+    """The endpoint the EndpointSlice controller (1.28) derives from a pod: None without a pod IP;
+    ``serving`` is the Ready condition, ``terminating`` a deletionTimestamp, ``ready`` serving and
+    not terminating."""
+    meta = pod.get("metadata") or {}
+    address = (pod.get("status") or {}).get("podIP")
+    if not address:
+        return None
+    serving = pod_ready_condition(pod)
+    terminating = bool(meta.get("deletionTimestamp"))
+    return {
+        "addresses": [address],
+        "conditions": {"ready": serving and not terminating, "serving": serving, "terminating": terminating},
+        "targetRef": {
+            "kind": "Pod",
+            "namespace": meta.get("namespace"),
+            "name": meta.get("name"),
+            "uid": meta.get("uid"),
+        },
+        "nodeName": (pod.get("spec") or {}).get("nodeName", "kube-fake-node"),
+    }
+
+
+def controller_slice(
+    name: str, namespace: str, endpoints: list[dict[str, Any]], labels: dict[str, str]
+) -> dict[str, Any]:
+    """The slice the EndpointSlice controller keeps for a Service: ``endpoints`` and ``ports`` null when empty."""
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
+        "addressType": "IPv4",
+        "endpoints": endpoints or None,
+        "ports": [{"name": "http", "protocol": "TCP", "port": 8000}] if endpoints else None,
+    }
 
 
 def build_endpoint_slice(

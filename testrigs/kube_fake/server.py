@@ -23,17 +23,23 @@ from .objects import (
     Target,
     build_endpoint_slice,
     build_pod,
-    now,
-    pod_is_ready,
+    controller_endpoint,
+    controller_slice,
     with_readiness,
 )
 from .resources import ENDPOINT_SLICES, NAMESPACES, PODS, WORKER_METADATA, ResourceType, resolve_resource
 from .selectors import Selection
 from .store import Store
-from .transport import HttpServer
+from .transport import HttpServer, Lifecycle
 from .watch import Change
 
 AUTO_SLICE_NAME = "dynamo-workers"
+# Timings of a real kube-apiserver 1.28 (tests/fixtures/kube-apiserver-1.28/), in seconds before time_scale
+WATCH_GRACE = 60.0  # graceful shutdown: how long open watches are kept (silent) before their clean end
+PATHS_INSTALLING = 1.0  # after a restart: custom resources answer 503 this long
+NOT_READY = 2.2  # after a restart: /readyz answers 500 this long
+GC_DELAY = 0.03  # the garbage collector deletes a dependent this long after its owners are gone
+RESTART_REVISIONS = 2  # a restarted server's own writes (leases, ...) move the revision on
 ResourceRef = str | ResourceType
 
 
@@ -59,20 +65,38 @@ class FakeKubeServer:
     def __init__(
         self,
         *,
-        bookmark_interval: float = 1.0,
+        bookmark_interval: float = 60.0,
+        time_scale: float = 1.0,
         history_limit: int = 1000,
         auto_endpoint_slices: bool = False,
+        garbage_collector: bool = True,
         validate: bool = True,
         port: int = 0,
     ):
         """``port``: the loopback port to serve on (0: one the OS chooses), e.g. a free port a
-        client was told before the server started."""
+        client was told before the server started.
+
+        Watches behave as on a real server: no BOOKMARK until the resource type changed after the
+        version the stream started from; then one every ``bookmark_interval`` seconds (a real server:
+        once a minute) and one ``2 s`` before ``timeoutSeconds``. ``time_scale`` multiplies the real
+        server's other timings (``timeoutSeconds`` and those 2 s, the graceful-shutdown watch grace,
+        the restart's 503 and not-ready phases, the 504 wait for a future resourceVersion, the
+        garbage collector's delay) so tests can run them fast. ``history_limit``: the changes each
+        resource's watch cache holds (older resume versions get 410).
+
+        ``auto_endpoint_slices`` runs an EndpointSlice controller, ``garbage_collector`` a garbage
+        collector (:meth:`set_garbage_collector`): the controller manager's parts the fake emulates.
+        """
         self.bookmark_interval = bookmark_interval
+        self.time_scale = time_scale
         self._port = port
-        self.store = Store(history_limit)
+        self.store = Store(history_limit, gc_delay=GC_DELAY * time_scale)
+        self.store.set_garbage_collector(garbage_collector)
         self.faults = Faults()
         self.api = KubeApi(self.store, self.faults, lambda: f"127.0.0.1:{self.port}")
         self.api.validate = validate
+        self.api.time_scale = time_scale
+        self.lifecycle = Lifecycle(time_scale)
         self._requests: list[RecordedRequest] = []
         self._requests_changed = threading.Condition()
         self._bookmarks: dict[ResourceType, int] = {}
@@ -81,21 +105,41 @@ class FakeKubeServer:
         self._thread: threading.Thread | None = None
         self._held: socket.socket | None = None  # the port kept while stopped (bound, not listening)
         self.store.add_hook(crd_establisher(self.store, self.set_crd_installed))
+        self._shutdown: threading.Thread | None = None  # a graceful shutdown in progress
+        self._started_before = False
         if auto_endpoint_slices:
             self.store.add_hook(self._sync_auto_slice)
 
     # ----- lifecycle -----------------------------------------------------------------------------
     def start(self) -> FakeKubeServer:
-        """Serve; after :meth:`stop` with ``hold_port``, serve the same objects again on the same
-        port (an API server restarted in front of the same etcd)."""
+        """Serve; after :meth:`stop` with ``hold_port`` (or :meth:`shut_down_gracefully`), serve the
+        same objects again on the same port: an API server restarted in front of the same etcd.
+
+        A restart behaves as a real one: the watch caches start anew at the current revision (moved on
+        by the server's own writes), so watches from older versions get 410; custom resources answer
+        503 "the request has been made before all known HTTP paths have been installed" for 1 s and
+        ``/readyz`` 500 for 2.2 s (times ``time_scale``).
+        """
         if self._httpd is not None and not self._httpd.stopping.is_set():
             raise RuntimeError("already started")
+        if self._shutdown is not None:
+            self._shutdown.join()
+            self._shutdown = None
         if self._held is not None:
             self._port = self._held.getsockname()[1]
             self._held.close()  # both sockets allow address reuse: the listener binds at once
             self._held = None
+        if self._started_before:
+            self.store.reinitialise_watch_cache(advance=RESTART_REVISIONS)
+            self.lifecycle.restarted(PATHS_INSTALLING, NOT_READY)
+        self._started_before = True
         self._httpd = HttpServer(
-            self.api, self._record, lambda: self.bookmark_interval, self._bookmark_sent, port=self._port
+            self.api,
+            self._record,
+            lambda: self.bookmark_interval,
+            self._bookmark_sent,
+            port=self._port,
+            lifecycle=self.lifecycle,
         )
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="kube-fake-http", daemon=True
@@ -111,6 +155,11 @@ class FakeKubeServer:
         refused (as to a stopped API server) and no other socket takes it until :meth:`start`
         serves on it again; the objects and their history are kept. A later stop() releases it.
         """
+        if self._shutdown is not None:  # cut a graceful shutdown's watch grace short
+            if self._httpd is not None:
+                self._httpd.stopping.set()
+            self._shutdown.join(timeout)
+            self._shutdown = None
         httpd = self._httpd
         if httpd is None or httpd.stopping.is_set():
             if not hold_port and self._held is not None:
@@ -131,6 +180,42 @@ class FakeKubeServer:
         if httpd.errors:
             raise RuntimeError(f"the fake API server failed on {len(httpd.errors)} request(s)") from httpd.errors[0]
 
+    def shut_down_gracefully(self, watch_grace: float | None = None) -> None:
+        """SIGTERM, as a real kube-apiserver 1.28 with default flags takes it; returns at once.
+
+        New connections are refused from now on (the port stays held for a later :meth:`start`), an
+        idle kept-alive connection is closed without a response, ``/readyz`` is refused too; open
+        watch streams get nothing more and end cleanly after ``watch_grace`` seconds (default 60 s
+        times ``time_scale``), then the server is stopped. :meth:`wait_shut_down` waits for that.
+        """
+        httpd = self._httpd
+        if httpd is None or httpd.stopping.is_set():
+            raise RuntimeError("not serving")
+        grace = WATCH_GRACE * self.time_scale if watch_grace is None else watch_grace
+        port = httpd.server_address[1]
+        httpd.refuse()
+        self._held = _hold(port)
+        self._shutdown = threading.Thread(
+            target=self._finish_shutdown, args=(httpd, grace), name="kube-fake-shutdown", daemon=True
+        )
+        self._shutdown.start()
+
+    def _finish_shutdown(self, httpd: HttpServer, grace: float) -> None:
+        httpd.stopping.wait(grace)
+        httpd.stopping.set()
+        self.store.close_watchers()
+        httpd.wait_streams_closed(2.5)
+        httpd.drop_connections(2.5)
+        if self._thread is not None:
+            self._thread.join(5.0)
+
+    def wait_shut_down(self, timeout: float = 5.0) -> None:
+        """Block until a :meth:`shut_down_gracefully` has ended every stream (TimeoutError otherwise)."""
+        if self._shutdown is not None:
+            self._shutdown.join(timeout)
+            if self._shutdown.is_alive():
+                raise TimeoutError("the graceful shutdown is still going on")
+
     def __enter__(self) -> FakeKubeServer:
         return self.start()
 
@@ -141,7 +226,7 @@ class FakeKubeServer:
     def port(self) -> int:
         if self._httpd is None:
             raise RuntimeError("not started")
-        return self._httpd.server_address[1]
+        return int(self._httpd.server_address[1])
 
     @property
     def url(self) -> str:
@@ -249,12 +334,13 @@ class FakeKubeServer:
     def delete(
         self, resource: ResourceRef, name: str, namespace: str = "default", cascade: bool = True
     ) -> dict[str, Any]:
-        """Delete an object (KeyError if absent); dependents are garbage-collected when ``cascade``."""
+        """Delete an object at once (KeyError if absent; a Pod: force-deleted, MODIFIED then DELETED);
+        dependents are garbage-collected soon after when ``cascade``, else orphaned (kept as they are)."""
         rt = resolve_resource(resource)
         namespace = namespace if rt.namespaced else ""
         if self.store.find(rt, namespace, name) is None:
             raise KeyError(f"{rt.plural} {namespace}/{name} not found")
-        return copy.deepcopy(self.store.delete(rt, namespace, name, cascade=cascade))
+        return copy.deepcopy(self.store.delete(rt, namespace, name, cascade=cascade, grace=0))
 
     def objects(self, resource: ResourceRef, namespace: str | None = None) -> list[dict[str, Any]]:
         """A snapshot of every object of ``resource`` (in ``namespace``, or all)."""
@@ -308,17 +394,26 @@ class FakeKubeServer:
             return self.upsert(PODS, with_readiness(self._pod(name, namespace), ready, container))
 
     def delete_pod(self, name: str, namespace: str = "default", graceful: bool = False) -> None:
-        """Delete a Pod and garbage-collect what it owns.
+        """Delete a Pod as on a real cluster; what it owns is garbage-collected soon after it is gone.
 
-        ``graceful``: first a MODIFIED event with ``deletionTimestamp`` set and containers unready.
+        ``graceful=False`` (a force delete): MODIFIED with ``deletionTimestamp``, then DELETED.
+        ``graceful=True``: the whole life of a graceful delete with a kubelet: MODIFIED with
+        ``deletionTimestamp`` (terminating, Ready unchanged), the kubelet's status update (Ready
+        False), then its final delete (MODIFIED, DELETED). :meth:`terminate_pod` stops after the first.
         """
         with self.store.locked():
+            pod = self._pod(name, namespace)
             if graceful:
-                terminating = with_readiness(self._pod(name, namespace), False)
-                terminating["metadata"]["deletionTimestamp"] = now()
-                terminating["metadata"]["deletionGracePeriodSeconds"] = 30
-                self.upsert(PODS, terminating)
-            self.delete(PODS, name, namespace)
+                self.terminate_pod(name, namespace)
+                self.upsert(PODS, with_readiness(self._pod(name, namespace), False))
+            self.store.delete(PODS, namespace, name, {"uid": pod["metadata"]["uid"]}, grace=0)
+
+    def terminate_pod(self, name: str, namespace: str = "default", grace: int = 30) -> dict[str, Any]:
+        """A graceful delete with no kubelet to finish it: the Pod stays, terminating (``deletionTimestamp``
+        ``grace`` seconds on), and what it owns stays too."""
+        with self.store.locked():
+            self._pod(name, namespace)
+            return copy.deepcopy(self.store.delete(PODS, namespace, name, grace=grace))
 
     # ----- endpoint slices -----------------------------------------------------------------------
     def upsert_endpoint_slice(
@@ -341,35 +436,60 @@ class FakeKubeServer:
         self.delete(ENDPOINT_SLICES, name, namespace)
 
     def _sync_auto_slice(self, change: Change) -> None:
-        """Keep slice ``dynamo-workers`` of each namespace listing all its pods (the EndpointSlice controller)."""
-        if change.resource != PODS:
-            return
-        namespace = change.current["metadata"]["namespace"]
+        """The EndpointSlice controller for Service ``dynamo-workers`` (selector: the discovery label) of
+        each namespace: one endpoint per selected pod with an IP, conditions as the real controller
+        derives them (:func:`~.objects.controller_endpoint`); the slice carries the Service's labels.
+        It acts at once, in the commit chain (a real one takes ~10 ms)."""
+        if change.resource == PODS:
+            self.sync_endpoint_slice(change.current["metadata"]["namespace"])
+
+    def sync_endpoint_slice(self, namespace: str = "default") -> dict[str, Any]:
+        """The slice of Service ``dynamo-workers`` in ``namespace`` as its controller keeps it (created at
+        once, with ``"endpoints": null``, when the Service exists before any pod); pod changes call this."""
         pods = self.store.select(PODS, Selection(namespace))
-        targets = [(p["metadata"]["name"], p["metadata"]["uid"], pod_is_ready(p)) for p in pods]
-        ips = {p["metadata"]["name"]: p.get("status", {}).get("podIP", "") for p in pods}
-        terminating = [p["metadata"]["name"] for p in pods if p["metadata"].get("deletionTimestamp")]
+        endpoints = [
+            endpoint
+            for pod in pods
+            if (pod["metadata"].get("labels") or {}).get(DISCOVERY_LABEL) == "true"
+            and (endpoint := controller_endpoint(pod)) is not None
+        ]
         labels = {
             DISCOVERY_LABEL: "true",
             SERVICE_NAME_LABEL: AUTO_SLICE_NAME,
             MANAGED_BY_LABEL: "endpointslice-controller.k8s.io",
         }
-        self.store.put(
-            ENDPOINT_SLICES, build_endpoint_slice(AUTO_SLICE_NAME, namespace, targets, labels, ips, terminating)
+        return copy.deepcopy(
+            self.store.put(ENDPOINT_SLICES, controller_slice(AUTO_SLICE_NAME, namespace, endpoints, labels))
         )
 
     # ----- faults and cluster state ----------------------------------------------------------------
     def compact(self) -> str:
-        """Drop the watch history and continue tokens: older resourceVersions now get 410. Returns the floor."""
+        """Compact etcd at the current revision (returned), as the API server does every 5 minutes.
+
+        LISTs at an exact older version and continue tokens issued before it get 410; watches are
+        not affected (the watch cache serves them): see :meth:`reinitialise_watch_cache`.
+        """
         return str(self.store.compact())
 
-    def expire_watches(self, resource: ResourceRef | None = None) -> str:
-        """Compact and end open watch streams (all, or one resource's) with a 410 Expired ERROR event.
+    def reinitialise_watch_cache(self, resource: ResourceRef | None = None) -> str:
+        """The watch cache (all resources', or one's) lists anew at the current revision, as when its
+        etcd watch fails: open streams end cleanly and a watch resuming from an older version gets
+        200 with one ERROR 410 "too old resource version". Returns the new oldest resumable version.
 
-        Events a stream had not sent yet are dropped and watches from versions older than the
-        current one get 410 too, so clients must list again. Returns the new floor.
+        A real server never ends an open stream with a 410 while its watch cache is on; to make a
+        client's resume fail, move the revision on (any write) before calling this.
         """
-        return str(self.store.expire_watchers(resolve_resource(resource) if resource else None))
+        return str(self.store.reinitialise_watch_cache(resolve_resource(resource) if resource else None))
+
+    def set_garbage_collector(self, running: bool) -> None:
+        """Stop the garbage collector (the controller manager down: dependents of deleted owners stay)
+        or start it again (it then looks at every object)."""
+        self.store.set_garbage_collector(running)
+
+    def wait_for_garbage_collection(self, timeout: float = 5.0) -> None:
+        """Block until the garbage collector has nothing pending (TimeoutError otherwise)."""
+        if not self.store.wait_for_garbage_collection(timeout):
+            raise TimeoutError("the garbage collector still has work pending")
 
     def end_watches(self, resource: ResourceRef | None = None) -> None:
         """Cleanly end open watch streams (all, or one resource's), as an API server restart would."""

@@ -131,14 +131,34 @@ def invalid_options(kind: str, field: str, message: str, reason: str = "FieldVal
 
 
 def forbidden(rt: ResourceType, verb: str, namespace: str | None, name: str | None) -> ApiError:
+    """The RBAC denial of the namespace's default service account (as the recorded server words it)."""
     subject = f'{rt.qualified} "{name}"' if name else rt.qualified
-    group = f'"{rt.group}"' if rt.group else '""'
+    user = f"system:serviceaccount:{namespace or 'default'}:default"
     where = f' in the namespace "{namespace}"' if namespace else " at the cluster scope"
     message = (
-        f'{subject} is forbidden: User "system:serviceaccount:default:default" cannot {verb} '
-        f'resource "{rt.plural}" in API group {group}{where}'
+        f'{subject} is forbidden: User "{user}" cannot {verb} resource "{rt.plural}" in API group "{rt.group}"{where}'
     )
-    return ApiError(403, message, "Forbidden", _details(rt, name or ""))
+    return ApiError(403, message, "Forbidden", _details(rt, name) if name else _kind(rt))
+
+
+def forbidden_create(rt: ResourceType, name: str) -> ApiError:
+    """An apply that would create an object, without the ``create`` verb: the real message ends at the colon."""
+    return ApiError(403, f'{rt.qualified} "{name}" is forbidden: ', "Forbidden", _details(rt, name))
+
+
+def _kind(rt: ResourceType) -> dict[str, Any]:
+    return {**({"group": rt.group} if rt.group else {}), "kind": rt.plural}
+
+
+def uid_mismatch(rt: ResourceType, name: str, wanted: str, stored: str) -> ApiError:
+    """A delete (or update) whose uid precondition names another incarnation of the object."""
+    kind = f"{rt.kind}.{rt.group}" if rt.group else rt.kind
+    message = (
+        f'Operation cannot be fulfilled on {kind} "{name}": the UID in the precondition ({wanted}) does not '
+        f"match the UID in record ({stored}). The object might have been deleted and then recreated"
+    )
+    details = {"name": name, **({"group": rt.group} if rt.group else {}), "kind": rt.kind}
+    return ApiError(409, message, "Conflict", details)
 
 
 def expired(message: str) -> ApiError:

@@ -1,7 +1,12 @@
-"""The object store: one global resourceVersion, bounded change history, watchers, pagination, GC.
+"""The object store: one global resourceVersion, a watch cache per resource, watchers, pagination, GC.
 
 Stored objects are never mutated after they are committed (every write stores a fresh dict), so
 references handed to watchers and list pages stay valid snapshots.
+
+Two histories are modelled apart, as on a real API server: each resource's **watch cache** (the
+last ``history_limit`` changes of that resource; a watch from an older version gets 410) and
+**etcd's compaction** (:meth:`Store.compact`; LISTs at an exact older version and continue tokens
+older than it get 410, watches are still served from the cache).
 """
 
 from __future__ import annotations
@@ -98,23 +103,33 @@ def _token_problem(token: str) -> str:
 
 
 def _uid_mismatch(rt: ResourceType, name: str, wanted: str, old: dict[str, Any]) -> st.ApiError:
-    message = f"Precondition failed: UID in precondition: {wanted}, UID in object meta: {old['metadata']['uid']}"
-    return st.precondition_failed(rt, name, message)
+    return st.uid_mismatch(rt, name, wanted, old["metadata"]["uid"])
 
 
 class Store:
     """All objects of all resources, behind one re-entrant lock."""
 
-    def __init__(self, history_limit: int = 1000, namespaces: tuple[str, ...] = ("default",)):
+    def __init__(self, history_limit: int = 1000, gc_delay: float = 0.03, namespaces: tuple[str, ...] = ("default",)):
+        """``history_limit``: the changes each resource's watch cache holds; ``gc_delay``: seconds the
+        garbage collector takes to delete a dependent whose owners are all gone; ``namespaces``: those
+        that exist from the start."""
         self._lock = threading.RLock()
         self._rv = 0
         self._objects: dict[ResourceType, dict[Key, dict[str, Any]]] = {rt: {} for rt in ALL_RESOURCES}
-        self._history: deque[Change] = deque()
+        self._history: dict[ResourceType, deque[Change]] = {rt: deque() for rt in ALL_RESOURCES}
         self._history_limit = history_limit
-        self._floor = 0  # a watch may resume from any RV >= floor
+        self._floors: dict[ResourceType, int] = {rt: 0 for rt in ALL_RESOURCES}  # a watch resumes from RV >= floor
+        self._type_rv: dict[ResourceType, int] = {rt: 0 for rt in ALL_RESOURCES}  # each cache's newest change
+        self._compacted = 0  # etcd's compaction revision
         self._watchers: set[Watcher] = set()
         self._snapshots: OrderedDict[str, tuple[int, list[dict[str, Any]]]] = OrderedDict()
         self._hooks: list[Hook] = [self._collect_garbage]
+        self.gc_delay = gc_delay
+        self.gc_running = True
+        self._orphaned: set[str] = set()  # uids deleted with orphaning: their dependents stay
+        self._gc_timer: threading.Timer | None = None
+        self._gc_idle = threading.Condition(self._lock)
+        self._committed = threading.Condition(self._lock)
         for namespace in namespaces:
             self.ensure_namespace(namespace)
 
@@ -184,10 +199,13 @@ class Store:
             raise st.bad_request(
                 f"invalid continue token: continue key is not valid: {_token_problem(token)}"
             ) from None
-        if snapshot_id not in self._snapshots:
+        if snapshot_id not in self._snapshots or rv < self._compacted:
             raise st.expired(
                 "The provided continue parameter is too old to display a consistent list result. "
-                "You can start a new list without the continue parameter."
+                "You can start a new list without the continue parameter, or use the continue token in this "
+                "response to retrieve the remainder of the results. Continuing with the provided token results "
+                "in an inconsistent list - objects that were created, modified, or deleted between the time the "
+                "first chunk was returned and now may show up in the list."
             )
         _, items = self._snapshots[snapshot_id]
         return snapshot_id, offset, rv, items
@@ -201,8 +219,8 @@ class Store:
         Raises a 410 ``Expired`` :class:`~.status.ApiError` when that version is older than the history.
         """
         with self._lock:
-            watcher = Watcher(rt, selection, self._rv)
             if send_initial or resource_version in (None, "", "0"):
+                watcher = Watcher(rt, selection, self._rv, self._type_rv[rt])
                 events = [{"type": "ADDED", "object": obj} for obj in self.select(rt, selection)]
                 if send_initial:
                     events.append(bookmark(rt, self._rv, {INITIAL_EVENTS_END: "true"}))
@@ -211,11 +229,13 @@ class Store:
                     since = int(resource_version)
                 except ValueError:
                     raise st.bad_request(f"invalid resource version: {resource_version!r}") from None
-                if since < self._floor:
-                    raise st.expired(f"too old resource version: {since} ({self._floor})")
-                translated = (watcher.translate(c) for c in self._history if c.rv > since)
+                if since < self._floors[rt]:
+                    raise st.expired(f"too old resource version: {since} ({self._floors[rt]})")
+                # a version from the future: the stream stays silent until changes pass it
+                watcher = Watcher(rt, selection, since, self._type_rv[rt])
+                translated = (watcher.translate(c) for c in self._history[rt] if c.rv > since)
                 events = [e for e in translated if e is not None]
-            watcher.preload(events, self._rv)
+            watcher.preload(events)
             self._watchers.add(watcher)
             return watcher
 
@@ -233,25 +253,56 @@ class Store:
             watcher.close()
 
     def compact(self) -> int:
-        """Forget the change history and every continue token; returns the new oldest resumable RV."""
+        """Compact etcd at the current revision (returned): LISTs at an exact older version and continue
+        tokens issued before it get 410 from now on; watches are still served from the watch cache."""
         with self._lock:
-            self._history.clear()
-            self._snapshots.clear()
-            self._floor = self._rv
-            return self._floor
+            self._compacted = self._rv
+            return self._compacted
 
-    def expire_watchers(self, rt: ResourceType | None = None) -> int:
-        """Compact, then end open streams (all, or one resource's) with a 410 ``Expired`` ERROR event.
-
-        What an API server does when a watcher falls behind a compaction: whatever it had not yet
-        sent is lost and the client must list again. Returns the new oldest resumable RV.
+    def reinitialise_watch_cache(self, rt: ResourceType | None = None, *, advance: int = 0) -> int:
+        """Re-list the watch cache (all resources', or one's) at the current revision, as a restarted
+        API server or a cacher whose etcd watch failed does: open streams end cleanly, and a watch from
+        an older version than the new window gets 410. ``advance`` first moves the revision on (writes
+        of resources the fake does not serve, such as the server's own leases). Returns the new floor.
         """
         with self._lock:
-            floor = self.compact()
-            error = st.expired("The resourceVersion for the provided watch is too old.").to_status()
-            for watcher in self.watchers(rt):
-                watcher.expire({"type": "ERROR", "object": error})
-            return floor
+            self._rv += advance
+            self._committed.notify_all()
+            for resource in [rt] if rt is not None else ALL_RESOURCES:
+                self._history[resource].clear()
+                self._floors[resource] = self._rv
+                self._type_rv[resource] = 0
+            self.close_watchers(rt)
+            return self._rv
+
+    def check_list_version(self, resource_version: str | None, match: str | None, paged: bool) -> int | None:
+        """The version a LIST must be served at, or None for the current state; 410 when etcd has
+        compacted it away. Only ``Exact``, or a version with a limit and no match rule, read at that
+        version (the fake then serves the current state); ``NotOlderThan`` and ``0`` read the newest
+        state. A version newer than the current one is returned for the caller to wait on."""
+        if resource_version in (None, "") or (resource_version == "0" and match != "Exact"):
+            return None
+        try:
+            wanted = int(resource_version)
+        except ValueError:
+            raise st.bad_request(f"invalid resource version: {resource_version!r}") from None
+        with self._lock:
+            exact = match == "Exact" or (match in (None, "") and paged)
+            if exact and wanted < self._compacted:
+                raise st.expired("The resourceVersion for the provided list is too old.")
+            return wanted if wanted > self._rv else None
+
+    def wait_for_version(self, wanted: int, timeout: float) -> None:
+        """Block until the revision reaches ``wanted``; the real server's 504 after ``timeout`` otherwise."""
+        with self._committed:
+            if not self._committed.wait_for(lambda: self._rv >= wanted, timeout):
+                current = self._rv
+                details = {
+                    "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+                    "retryAfterSeconds": 1,
+                }
+                message = f"Timeout: Too large resource version: {wanted}, current: {current}"
+                raise st.ApiError(504, message, "Timeout", details)
 
     def add_hook(self, hook: Hook) -> None:
         """Run ``hook(change)`` after every commit, under the store lock (it may write, re-entrantly)."""
@@ -275,13 +326,17 @@ class Store:
             assert old is not None
             old["metadata"]["resourceVersion"] = str(self._rv)
         change = Change(self._rv, rt, old, new, cascade)
-        self._history.append(change)
-        while len(self._history) > self._history_limit:
-            self._floor = self._history.popleft().rv
+        history = self._history[rt]
+        history.append(change)
+        self._type_rv[rt] = self._rv
+        while len(history) > self._history_limit:
+            history.popleft()
+            self._floors[rt] = history[0].rv - 1  # the watch cache's oldest event, less one
         for watcher in list(self._watchers):
             watcher.offer(change)
         for hook in list(self._hooks):
             hook(change)
+        self._committed.notify_all()
         return change
 
     def _finalize(
@@ -477,8 +532,14 @@ class Store:
         *,
         cascade: bool = True,
         dry_run: bool = False,
+        grace: int | None = None,
     ) -> dict[str, Any]:
-        """Delete at once (no finalizers, no grace period); dependents are collected when ``cascade``."""
+        """Delete (no finalizers); dependents are collected when ``cascade``.
+
+        Pods are bound to a node, so like the real server: a graceful delete (``grace`` None: the
+        pod's 30 s, or > 0) only marks the pod terminating (MODIFIED with ``deletionTimestamp``) and
+        returns it; ``grace`` 0 marks it (MODIFIED), then removes it (DELETED). Other objects go at once.
+        """
         with self._lock:
             old = self.get(rt, namespace, name)
             pre = preconditions or {}
@@ -495,7 +556,21 @@ class Store:
                 return old
             if rt == NAMESPACES:
                 return self._delete_namespace(old)
+            if rt.plural == "pods":
+                return self._delete_pod(rt, old, 30 if grace is None else grace, cascade)
             return self._commit(rt, old, None, cascade).current
+
+    def _delete_pod(self, rt: ResourceType, old: dict[str, Any], grace: int, cascade: bool) -> dict[str, Any]:
+        meta = _meta(old)
+        if grace > 0 and meta.get("deletionTimestamp"):
+            return old  # already terminating: nothing changes
+        marked = copy.deepcopy(old)
+        marked["metadata"]["deletionTimestamp"] = now(grace)
+        marked["metadata"]["deletionGracePeriodSeconds"] = grace
+        self._commit(rt, old, marked)
+        if grace > 0:
+            return marked
+        return self._commit(rt, marked, None, cascade).current
 
     def delete_collection(
         self, rt: ResourceType, selection: Selection, *, cascade: bool = True
@@ -566,14 +641,58 @@ class Store:
 
     # ----- garbage collection -------------------------------------------------------------------
     def _collect_garbage(self, change: Change) -> None:
-        """When an object is deleted (cascading), delete every object whose ownerReferences name its uid."""
-        if change.new is not None or not change.cascade:
+        """The garbage collector notices deletions and objects with ownerReferences: it acts ``gc_delay``
+        later (tens of ms on a real cluster), deleting every object whose owners are all gone."""
+        if change.new is None and not change.cascade:
+            uid = _meta(change.current).get("uid")
+            if uid:
+                self._orphaned.add(uid)
             return
-        uid = _meta(change.current).get("uid")
+        if change.new is not None and not _meta(change.new).get("ownerReferences"):
+            return
+        self._schedule_collection()
+
+    def _schedule_collection(self) -> None:
+        if not self.gc_running or self._gc_timer is not None:
+            return
+        self._gc_timer = threading.Timer(self.gc_delay, self._collect)
+        self._gc_timer.daemon = True
+        self._gc_timer.start()
+
+    def _collect(self) -> None:
+        with self._lock:
+            self._gc_timer = None
+            if self.gc_running:
+                for rt, obj in self._garbage():
+                    key = (_meta(obj)["namespace"], _meta(obj)["name"])
+                    if self._objects[rt].get(key) is obj:
+                        self._commit(rt, obj, None)
+            self._gc_idle.notify_all()
+
+    def _garbage(self) -> builtins.list[tuple[ResourceType, dict[str, Any]]]:
+        """Objects whose ownerReferences all name uids that no longer exist (and were not orphaned)."""
+        alive = {_meta(o).get("uid") for objects in self._objects.values() for o in objects.values()}
+        found = []
         for rt, objects in self._objects.items():
-            for obj in [
-                o for o in objects.values() if any(r.get("uid") == uid for r in _meta(o).get("ownerReferences") or [])
-            ]:
-                key = (_meta(obj)["namespace"], _meta(obj)["name"])
-                if objects.get(key) is obj:
-                    self._commit(rt, obj, None)
+            for obj in objects.values():
+                owners = {r.get("uid") for r in _meta(obj).get("ownerReferences") or []}
+                if owners and not owners & alive and not owners & self._orphaned:
+                    found.append((rt, obj))
+        return found
+
+    def set_garbage_collector(self, running: bool) -> None:
+        """Stop (as with the controller manager down) or start the garbage collector; on start it
+        looks at every object at once."""
+        with self._lock:
+            self.gc_running = running
+            if running:
+                self._schedule_collection()
+            elif self._gc_timer is not None:
+                self._gc_timer.cancel()
+                self._gc_timer = None
+                self._gc_idle.notify_all()
+
+    def wait_for_garbage_collection(self, timeout: float) -> bool:
+        """Block until the collector has nothing pending; False when it still had after ``timeout``."""
+        with self._gc_idle:
+            return self._gc_idle.wait_for(lambda: self._gc_timer is None, timeout)

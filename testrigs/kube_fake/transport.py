@@ -1,4 +1,5 @@
-"""HTTP/1.1 plumbing: a threading loopback server, JSON replies and chunked watch streams."""
+"""HTTP/1.1 plumbing: a threading loopback server, JSON replies, chunked watch streams and the
+server's lifecycle as clients see it (health checks, the phases of a restart, a graceful shutdown)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,48 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from . import status as st
 from .api import KubeApi, Reply, Request, WatchReply
 from .jsonwire import encode
-from .resources import ResourceType
+from .resources import CUSTOM_GROUP, ResourceType
 from .watch import bookmark
 
 _LIVENESS_POLL = 0.25  # how often an idle watch stream checks that its client is still there
+PRE_TIMEOUT_BOOKMARK = 2.0  # a real server's last BOOKMARK comes this long before timeoutSeconds
+_HEALTH_PATHS = ("/readyz", "/livez", "/healthz")
+_NOT_READY_TEXT = (
+    "[+]ping ok\n[+]log ok\n[+]etcd ok\n[+]etcd-readiness ok\n[-]informer-sync failed: reason withheld\n"
+    "[-]poststarthook/crd-informer-synced failed: reason withheld\nreadyz check failed\n"
+)
+
+
+class Lifecycle:
+    """What a restarted server answers while it starts: 503 for custom resources until their paths
+    are installed, 500 on ``/readyz`` until ready (durations in real seconds times ``time_scale``)."""
+
+    def __init__(self, time_scale: float = 1.0):
+        self.time_scale = time_scale
+        self._installed_at = 0.0
+        self._ready_at = 0.0
+
+    def restarted(self, installing: float, not_ready: float) -> None:
+        started = time.monotonic()
+        self._installed_at = started + installing * self.time_scale
+        self._ready_at = started + not_ready * self.time_scale
+
+    def early_answer(self, path: str) -> Reply | None:
+        """The answer a starting server gives instead of serving ``path``, if any."""
+        if path.startswith(f"/apis/{CUSTOM_GROUP}") and time.monotonic() < self._installed_at:
+            message = "the request has been made before all known HTTP paths have been installed, please try again"
+            error = st.ApiError(503, message, "ServiceUnavailable", {"retryAfterSeconds": 5})
+            return Reply(503, error.to_status())
+        return None
+
+    def health(self, path: str) -> tuple[int, str]:
+        """``/readyz`` (and ``/livez``, ``/healthz``): status and text."""
+        if path == "/readyz" and time.monotonic() < self._ready_at:
+            return 500, _NOT_READY_TEXT
+        return 200, "ok"
 
 
 def _encode(obj: dict[str, Any]) -> bytes:
@@ -39,15 +76,19 @@ class HttpServer(ThreadingHTTPServer):
         bookmark_sent: Callable[[ResourceType], None] = lambda rt: None,
         *,
         port: int = 0,
+        lifecycle: Lifecycle | None = None,
     ):
         super().__init__(("127.0.0.1", port), _Handler)
         self.api = api
         self.record = record
         self.bookmark_interval = bookmark_interval
         self.bookmark_sent = bookmark_sent
+        self.lifecycle = lifecycle or Lifecycle()
         self.stopping = threading.Event()
+        self.refusing = threading.Event()  # shutting down: no new connection, no new request
         self._lock = threading.Lock()
         self._connections: dict[socket.socket, threading.Thread] = {}
+        self._busy: set[socket.socket] = set()  # connections in the middle of a request
         self._streams = 0
         self._streams_done = threading.Condition(self._lock)
         self.arrivals: dict[str, int] = {}  # requests whose body is being read, by method and path
@@ -69,6 +110,27 @@ class HttpServer(ThreadingHTTPServer):
                 self._connections[conn] = threading.current_thread()
             else:
                 self._connections.pop(conn, None)
+                self._busy.discard(conn)
+
+    def mark_busy(self, conn: socket.socket, busy: bool) -> bool:
+        """Mark a connection as serving a request (False: refused, the server is shutting down)."""
+        with self._lock:
+            if busy and self.refusing.is_set():
+                return False
+            (self._busy.add if busy else self._busy.discard)(conn)
+            return True
+
+    def refuse(self) -> None:
+        """Begin a graceful shutdown: stop listening (connections are refused) and close idle
+        kept-alive connections without a response; requests in progress (watches) go on."""
+        self.refusing.set()
+        self.shutdown()
+        self.server_close()
+        with self._lock:
+            idle = [conn for conn in self._connections if conn not in self._busy]
+        for conn in idle:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
 
     def arriving(self, request_line: str, delta: int) -> None:
         """Count requests whose headers came and whose body is still being read (a diagnostic)."""
@@ -132,6 +194,15 @@ class _Handler(BaseHTTPRequestHandler):
         return self.rfile.read(length) if length else b""
 
     def _serve(self) -> None:
+        if not self.server.mark_busy(self.connection, True):
+            self.close_connection = True  # shutting down: closed without a response
+            return
+        try:
+            self._answer()
+        finally:
+            self.server.mark_busy(self.connection, False)
+
+    def _answer(self) -> None:
         url = urlsplit(self.path)
         self.server.arriving(f"{self.command} {url.path}", +1)
         try:
@@ -146,7 +217,10 @@ class _Handler(BaseHTTPRequestHandler):
             body=body,
         )
         self.server.record(req, url.query)
-        reply = self.server.api.handle(req)
+        if req.path in _HEALTH_PATHS:
+            self._send_text(*self.server.lifecycle.health(req.path))
+            return
+        reply = self.server.lifecycle.early_answer(req.path) or self.server.api.handle(req)
         if isinstance(reply, WatchReply):
             self._stream(reply)
         else:
@@ -167,6 +241,15 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         for warning in reply.warnings:
             self.send_header("Warning", warning)
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def _send_text(self, code: int, text: str) -> None:
+        payload = text.encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(payload)))
+        self.send_header("Cache-Control", "no-cache, private")
         self.end_headers()
         self.wfile.write(payload)
 
@@ -209,24 +292,37 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
     def _drain(self, reply: WatchReply) -> None:
+        """Send events until ``timeoutSeconds`` (times the time scale), the watcher's close or the
+        client's hang-up. BOOKMARKs (when allowed) as a real server sends them: due every bookmark
+        interval and 2 s before the timeout, sent only once the type changed after the start."""
         watcher = reply.watcher
         assert watcher is not None
-        deadline = time.monotonic() + reply.timeout
-        next_bookmark = time.monotonic() + self.server.bookmark_interval()
+        scale = self.server.lifecycle.time_scale
+        opened = time.monotonic()
+        deadline = opened + reply.timeout * scale
+        last_bookmark_at = deadline - PRE_TIMEOUT_BOOKMARK * scale
+
+        def due_after(moment: float) -> float | None:
+            due = min(moment + self.server.bookmark_interval(), last_bookmark_at)
+            return due if due > moment else None
+
+        next_bookmark = due_after(opened) if reply.bookmarks else None
         while not self.server.stopping.is_set():
             now = time.monotonic()
             if now >= deadline:
                 return
             wait = min(deadline - now, _LIVENESS_POLL)
-            if reply.bookmarks:
+            if next_bookmark is not None:
                 wait = min(wait, max(0.0, next_bookmark - now))
-            event, progress = watcher.next(wait)
+            event, bookmark_rv = watcher.next(wait)
             if event is not None:
                 self._chunk(event)
                 continue
             if watcher.closed or self._client_gone():
                 return
-            if reply.bookmarks and time.monotonic() >= next_bookmark:
-                self._chunk(bookmark(reply.resource, progress))
-                self.server.bookmark_sent(reply.resource)
-                next_bookmark = time.monotonic() + self.server.bookmark_interval()
+            now = time.monotonic()
+            if next_bookmark is not None and now >= next_bookmark:
+                if bookmark_rv is not None:
+                    self._chunk(bookmark(reply.resource, bookmark_rv))
+                    self.server.bookmark_sent(reply.resource)
+                next_bookmark = due_after(now)

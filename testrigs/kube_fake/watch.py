@@ -40,14 +40,21 @@ def bookmark(rt: ResourceType, rv: int, annotations: dict[str, str] | None = Non
 
 
 class Watcher:
-    """The events one watch stream still has to send, fed by the store under its lock."""
+    """The events one watch stream still has to send, fed by the store under its lock.
 
-    def __init__(self, rt: ResourceType, selection: Selection, start_rv: int):
+    ``start_rv`` is the version the stream starts after: changes up to it are never sent. The
+    newest change of the resource type (in any namespace, matching or not) is what a BOOKMARK
+    carries, as the real watch cache's last processed version; a stream gets no BOOKMARK until
+    that is newer than ``start_rv``.
+    """
+
+    def __init__(self, rt: ResourceType, selection: Selection, start_rv: int, type_rv: int = 0):
         self.resource = rt
         self.selection = selection
         self._cond = threading.Condition()
         self._queue: deque[dict[str, Any]] = deque()
-        self._progress = start_rv  # every change up to here has been queued (or filtered out)
+        self._start = start_rv
+        self._type_rv = type_rv  # the newest change of this resource type the store has offered
         self._closed = False
 
     def translate(self, change: Change) -> dict[str, Any] | None:
@@ -67,28 +74,21 @@ class Watcher:
             return {"type": "DELETED", "object": change.new if change.new is not None else change.old}
         return None
 
-    def preload(self, events: list[dict[str, Any]], progress: int) -> None:
+    def preload(self, events: list[dict[str, Any]]) -> None:
         """Queue the replay (or synthetic ADDED events) the stream starts with."""
         with self._cond:
             self._queue.extend(events)
-            self._progress = progress
             self._cond.notify_all()
 
     def offer(self, change: Change) -> None:
         """Called by the store, in commit order, for every change to any resource."""
+        if change.resource != self.resource or change.rv <= self._start:
+            return
         event = self.translate(change)
         with self._cond:
             if event is not None:
                 self._queue.append(event)
-            self._progress = max(self._progress, change.rv)
-            self._cond.notify_all()
-
-    def expire(self, error: dict[str, Any]) -> None:
-        """Drop what is still queued, send ``error`` (an ERROR event) and end the stream."""
-        with self._cond:
-            self._queue.clear()
-            self._queue.append(error)
-            self._closed = True
+            self._type_rv = max(self._type_rv, change.rv)
             self._cond.notify_all()
 
     def close(self) -> None:
@@ -102,15 +102,15 @@ class Watcher:
         with self._cond:
             return self._closed
 
-    def next(self, timeout: float) -> tuple[dict[str, Any] | None, int]:
+    def next(self, timeout: float) -> tuple[dict[str, Any] | None, int | None]:
         """The next queued event (None when none came within ``timeout`` or the stream was closed).
 
-        Also returns the resourceVersion the stream has caught up to once the queue is drained, which
-        is what a BOOKMARK may carry.
+        With no event, also the version a BOOKMARK may carry now (taken with the queue empty, so it
+        never runs ahead of an unsent event), or None while nothing of the type changed since the start.
         """
         with self._cond:
             if not self._queue and not self._closed and timeout > 0:
                 self._cond.wait(timeout)
             if self._queue:
-                return self._queue.popleft(), self._progress
-            return None, self._progress
+                return self._queue.popleft(), None
+            return None, (self._type_rv if self._type_rv > self._start else None)

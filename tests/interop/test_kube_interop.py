@@ -173,9 +173,10 @@ def test_a_killed_rust_worker_is_removed_with_its_pod(client, rust_kube_peer, ku
         assert client.list(ds.Query.endpoints("pyns")) == [endpoint]
         kube_server.delete_pod("rust-0")
         assert next_event(watch) == ds.Removed(endpoint.id())
+    kube_server.wait_for_garbage_collection()  # the collector acts soon after the pod is gone
     assert kube_server.get(WORKER_METADATA, "rust-0") is None  # collected through its ownerReference
     slice_ = kube_server.get(ENDPOINT_SLICES, AUTO_SLICE_NAME)
-    assert "rust-0" not in [e["targetRef"]["name"] for e in slice_["endpoints"]]
+    assert "rust-0" not in [e["targetRef"]["name"] for e in slice_["endpoints"] or []]  # null when empty
 
 
 # ----- 2. our worker, seen by Rust ---------------------------------------------------------------------
@@ -355,11 +356,13 @@ def test_kube_rs_lists_watches_with_bookmarks_and_applies(rust_kube_peer, kube_s
     assert list(body) == ["apiVersion", "kind", "metadata", "spec"]
     assert list(body["spec"]["data"]) == list(DATA_MAPS)
 
-    # bookmarks: the CR watch follows the resourceVersion they carry while no CR changes, so a
-    # watch the server ends is resumed from there, not from the version it was listed at
+    # bookmarks: the CR watch follows the resourceVersion they carry while no CR of its namespace
+    # changes, so a watch the server ends is resumed from there, not from the version it was listed at
     [cr_watch] = [r for r in watches if r.path == CR_PATH]
     listed_at = int(cr_watch.query["resourceVersion"])
-    kube_server.create_pod("bystander", ready=False)  # moves the resourceVersion, no CR changes
+    # a CR in another namespace: no event on this watch, but the watch cache's version (which a
+    # real server's bookmarks carry, and only once it moved past the stream's start) moves on
+    kube_server.upsert(WORKER_METADATA, {"metadata": {"name": "elsewhere", "namespace": "other"}, "spec": {"data": {}}})
     target = kube_server.resource_version
     assert int(target) > listed_at
     # two more bookmarks on its CR stream: the later one carries the new version
@@ -390,20 +393,22 @@ def test_kube_rs_lists_again_after_410_and_sees_later_changes(client, rust_kube_
     rust_id = serve(peer, kube_server, "rust-0")
     assert peer.call("wait_ids", endpoint=ENDPOINT, present=[rust_id], timeout=WAIT)["seen"]
 
-    # a 410 ERROR event on the open watch (history compacted under it): list, then watch again
+    # the watch cache re-lists (its etcd watch failed, say) after the revision moved on: the open
+    # watch ends, its resume gets 200 + ERROR 410 "too old resource version": list, then watch again
+    kube_server.create_pod("bystander", ready=False)
     kube_server.clear_requests()
-    kube_server.expire_watches(WORKER_METADATA)
+    kube_server.reinitialise_watch_cache(WORKER_METADATA)
     kube_server.wait_for_request(lambda r: from_rust(r) and is_list(r), timeout=WAIT)
     ours = client.register(our_endpoint())
     assert peer.call("wait_ids", endpoint=ENDPOINT, present=[ours.instance_id], timeout=WAIT)["seen"]
 
-    # a 410 when resuming: the watch cannot reopen while the history it needs is compacted away
+    # a 410 when resuming: the watch cache's window moved past the version it needs while it was refused
     kube_server.deny(WORKER_METADATA, "watch")
     kube_server.clear_requests()
     kube_server.end_watches(WORKER_METADATA)
     refused = kube_server.wait_for_request(lambda r: from_rust(r) and is_watch(r), timeout=WAIT)
     client.shutdown()  # a change the Rust side cannot watch
-    kube_server.compact()
+    kube_server.reinitialise_watch_cache(WORKER_METADATA)
     kube_server.allow(WORKER_METADATA, "watch")
     assert peer.call("wait_ids", endpoint=ENDPOINT, absent=[ours.instance_id], timeout=WAIT)["seen"]
     stale = refused.query["resourceVersion"]

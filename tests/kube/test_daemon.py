@@ -70,7 +70,7 @@ def test_a_missing_crd_fails_the_daemon_clearly(server, pod_client):
     assert "install the DynamoWorkerMetadata CRD" in client.diagnose()["problems"][0]
 
 
-def test_missing_rbac_for_readiness_fails_the_daemon_clearly(server, pod_client):
+def test_missing_rbac_for_readiness_is_reported_until_granted(server, pod_client):
     server.deny("endpointslices", "list")
     client = pod_client("worker-0")
     with pytest.raises(
@@ -78,8 +78,14 @@ def test_missing_rbac_for_readiness_fails_the_daemon_clearly(server, pod_client)
         match=r"listing endpointslices failed: access denied: .* may not list endpointslices.* grant the RBAC",
     ):
         client.list_and_watch(ds.Query.endpoints())
-    assert client.status()["state"] == "Failed"
-    assert client.daemon.join(10)  # no thread lingers after a failure
+    assert client.status()["state"] == "Pending"  # still trying: RBAC applied after the pod starts heals it
+    assert client.state is ds.ConnectionState.SUSPENDED
+    changes: queue.Queue[ds.StateChange] = queue.Queue()
+    client.add_state_listener(changes.put)
+    server.allow("endpointslices", "list")
+    assert changes.get(timeout=10).state is ds.ConnectionState.RECONNECTED  # once the stream's watch opened
+    assert client.list(ds.Query.endpoints()) == []
+    assert client.status()["state"] == "Ready"
 
 
 def test_a_bug_in_the_daemon_fails_every_watch_and_every_read(pod_client):
@@ -108,6 +114,7 @@ def test_named_threads_run_until_shutdown(pod_client):
     client.list(ds.Query.endpoints())
     assert sorted(client.daemon.threads()) == [
         THREAD_NAME,
+        "discovery-sync-kube-silence",
         "discovery-sync-kube-watch-dynamoworkermetadatas",
         "discovery-sync-kube-watch-endpointslices",
     ]

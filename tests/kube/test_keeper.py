@@ -85,3 +85,15 @@ def test_a_deleted_cr_is_handed_to_the_keeper_thread_and_a_lost_client_retries_a
     kept.cr_gone("uid-2")  # closed: nothing more is handled
     kept.failed("watch a", "shutting down", started=4.0)
     assert calls.empty() and states.state is LOST
+
+
+def test_a_source_retrying_after_one_failure_holds_the_resumption_back():
+    kept, states, _ = make_keeper()
+    kept.failed("watch a", "a fails", started=1.0)
+    kept.retrying("watch b")  # b failed once (no outage by itself) and retries
+    kept.answered("watch a", "a answers", started=2.0)
+    assert states.state is SUSPENDED  # b has not answered since
+    kept.answered("watch b", "b answers", started=2.1)
+    assert states.state is CONNECTED
+    kept.retrying("watch b")  # alone, a first failure suspends nothing
+    assert states.state is CONNECTED and kept.failing() == {}

@@ -35,7 +35,9 @@ def test_a_crashed_watch_thread_fails_the_client_with_its_cause(
     assert escaped == []
 
 
-def test_a_crashed_daemon_fails_every_watch_and_the_status(pod_client, monkeypatch, escaped, thread_log: LogCatcher):
+def test_a_crashed_daemon_fails_every_watch_and_the_status(
+    server, pod_client, monkeypatch, escaped, thread_log: LogCatcher
+):
     client = pod_client("worker-0")
     watch = client.list_and_watch(ds.Query.endpoints())
     initial_state(watch)
@@ -45,7 +47,8 @@ def test_a_crashed_daemon_fails_every_watch_and_the_status(pod_client, monkeypat
         real_handle(self, message)
         raise RuntimeError("injected daemon fault")
 
-    monkeypatch.setattr(KubeDaemon, "_handle", broken_handle)  # the next bookmark or change
+    monkeypatch.setattr(KubeDaemon, "_handle", broken_handle)
+    server.create_pod("bystander")  # the next change (a real server sends no bookmark while nothing changes)
     with pytest.raises(ds.WatchFailed):
         while True:
             watch.get(timeout=WAIT)

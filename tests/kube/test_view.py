@@ -44,6 +44,7 @@ def test_deleting_a_pod_collects_its_cr_and_removes_its_records(server, pod_clie
         initial_state(watch)
         server.delete_pod("worker-a", graceful=True)
         assert {next_event(watch) for _ in records} == {ds.Removed(r.id()) for r in records}
+        server.wait_for_garbage_collection()  # the collector acts soon after the pod is gone
         assert server.get(WORKER_METADATA, "worker-a") is None  # garbage-collected through the ownerReference
         assert reader.list(ds.Query.endpoints()) == []
         assert_quiet(watch, QUIET)
@@ -79,6 +80,7 @@ def test_incomplete_or_unready_slice_endpoints_do_not_count(server, pod_client):
 
 def test_a_cr_owned_by_another_pod_uid_is_not_served(server, pod_client):
     reader = pod_client("reader")
+    server.set_garbage_collector(False)  # a real one deletes a CR whose owner uid is gone within ~70 ms
     server.create_pod("worker-a")
     stale_owner = [{"apiVersion": "v1", "kind": "Pod", "name": "worker-a", "uid": "previous-incarnation"}]
     data = {"endpoints": {"x": endpoint_spec().to_instance(1).to_dict()}}
@@ -145,7 +147,9 @@ def test_missed_changes_and_a_resync_after_the_history_was_compacted(server, pod
         fresh = writer.register(endpoint_spec(endpoint="fresh"))
         writer.unregister(gone)
         tainted = writer.update_model_taints(model.id(), ["gpu=a100"])
-        server.compact()  # ... and the history they would resume from is gone: 410, list again
+        # ... and the watch cache re-lists (its etcd watch failed, say): the versions they would resume
+        # from are older than its new window: 410, list again
+        server.reinitialise_watch_cache("dynamoworkermetadatas")
         server.allow("dynamoworkermetadatas", "watch")
         # a re-list of the readiness objects (their watch ended too) may resync the old state first
         changes, resync = _changes_until(endpoints, ds.Resync((fresh,)), unchanged=ds.Resync((gone,)))

@@ -30,7 +30,8 @@ WAIT = 10.0  # bound on every wait for an event
 # ----- fixtures and helpers ------------------------------------------------------------------------
 @pytest.fixture
 def server() -> Iterator[FakeKubeServer]:
-    with FakeKubeServer(bookmark_interval=0.2) as fake:
+    # no garbage collector: most CRs here name pod uids that do not exist (a real one deletes them)
+    with FakeKubeServer(bookmark_interval=0.2, garbage_collector=False) as fake:
         yield fake
 
 
@@ -453,15 +454,28 @@ def test_watch_sees_added_modified_deleted_and_bookmarks(server: FakeKubeServer,
     assert stream.watch.resource_version == server.resource_version  # the client tracks bookmarks
 
 
-def test_bookmarks_sent_are_counted_per_resource(server: FakeKubeServer):
+def test_bookmarks_come_only_after_the_type_changed_and_are_counted_per_resource(server: FakeKubeServer):
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=WAIT)
     conn.request("GET", f"{CR_PATH}?watch=true&allowWatchBookmarks=true&timeoutSeconds=30")
     resp = conn.getresponse()
     plain = http.client.HTTPConnection("127.0.0.1", server.port, timeout=WAIT)
     plain.request("GET", "/api/v1/namespaces/default/pods?watch=true&timeoutSeconds=30")  # no bookmarks asked
     plain_resp = plain.getresponse()
+    server.wait_for_watchers(PLURAL, 1, timeout=WAIT)
+    with pytest.raises(TimeoutError):  # several bookmark periods, nothing changed: none at all
+        server.wait_for_bookmarks(PLURAL, 1, timeout=0.7)
+    server.create_pod("bystander")  # another type changing does not count either
+    with pytest.raises(TimeoutError):
+        server.wait_for_bookmarks(PLURAL, 1, timeout=0.5)
+    other = worker_metadata("elsewhere", "u-9")
+    other["metadata"]["namespace"] = "other"
+    server.upsert(PLURAL, other)  # a CR outside the watched namespace: no event, but the cache moved on
+    version = server.resource_version
     server.wait_for_bookmarks(PLURAL, 2, timeout=WAIT)
-    assert [read_event(resp)["type"] for _ in range(2)] == ["BOOKMARK", "BOOKMARK"]
+    marks = [read_event(resp) for _ in range(2)]
+    assert [m["type"] for m in marks] == ["BOOKMARK", "BOOKMARK"]
+    assert {m["object"]["metadata"]["resourceVersion"] for m in marks} == {version}
+    assert read_event(plain_resp)["object"]["metadata"]["name"] == "bystander"
     assert server.bookmarks_sent("pods") == 0
     with pytest.raises(TimeoutError):
         server.wait_for_bookmarks("pods", 1, timeout=0.5)
@@ -490,11 +504,32 @@ def test_watch_resumes_from_a_resource_version(server: FakeKubeServer, custom, s
     assert [(e["type"], e["object"]["metadata"]["name"]) for e in replay] == [("ADDED", "after"), ("DELETED", "before")]
 
 
-def test_watch_from_a_compacted_version_fails_with_410(server: FakeKubeServer, custom):
+def test_a_compaction_does_not_expire_watches_the_watch_cache_serves(server: FakeKubeServer, custom):
     apply(custom, worker_metadata("worker-0", "u-1"))
     old = server.resource_version
     apply(custom, worker_metadata("worker-1", "u-2"))
     server.compact()
+    events = watch.Watch().stream(
+        custom.list_namespaced_custom_object, GROUP, VERSION, "default", PLURAL, resource_version=old, timeout_seconds=1
+    )
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", "worker-1")]
+
+
+def test_watch_from_a_version_older_than_the_watch_cache_fails_with_410():
+    server = FakeKubeServer(history_limit=2, garbage_collector=False).start()  # the window overflows
+    api_client = client.ApiClient(client.Configuration(host=server.url))
+    try:
+        _watch_410(server, client.CustomObjectsApi(api_client))
+    finally:
+        api_client.close()
+        server.stop()
+
+
+def _watch_410(server: FakeKubeServer, custom: client.CustomObjectsApi) -> None:
+    apply(custom, worker_metadata("worker-0", "u-1"))
+    old = server.resource_version
+    for i in range(1, 4):
+        apply(custom, worker_metadata(f"worker-{i}", "u-2"))
     events = watch.Watch().stream(
         custom.list_namespaced_custom_object, GROUP, VERSION, "default", PLURAL, resource_version=old, timeout_seconds=5
     )
@@ -516,7 +551,7 @@ def test_raw_watch_error_event_shape(server: FakeKubeServer, custom):
     apply(custom, worker_metadata("worker-0", "u-1"))
     old = server.resource_version
     apply(custom, worker_metadata("worker-1", "u-2"))
-    server.compact()
+    floor = server.reinitialise_watch_cache(PLURAL)
     status, headers, _ = (None, None, None)
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=WAIT)
     conn.request("GET", f"{CR_PATH}?watch=1&resourceVersion={old}")
@@ -534,11 +569,14 @@ def test_raw_watch_error_event_shape(server: FakeKubeServer, custom):
         "code": 410,
         "reason": "Expired",
     }
+    assert event["object"]["message"] == f"too old resource version: {old} ({floor})"
     # a plain list from a too-old version is still served
     assert raw(server, "GET", f"{CR_PATH}?resourceVersion={old}&resourceVersionMatch=NotOlderThan")[0] == 200
 
 
-def test_expire_watches_ends_open_streams_with_410(server: FakeKubeServer, custom, core, streams):
+def test_a_reinitialised_watch_cache_ends_streams_cleanly_and_older_resumes_get_410(
+    server: FakeKubeServer, custom, core, streams
+):
     apply(custom, worker_metadata("worker-0", "u-1"))
     old = server.resource_version
     crs = start_watch(
@@ -554,29 +592,17 @@ def test_expire_watches_ends_open_streams_with_410(server: FakeKubeServer, custo
         timeout_seconds=60,
     )
     pods = start_watch(server, streams, "pods", core.list_namespaced_pod, "default", timeout_seconds=60)
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=WAIT)
-    conn.request("GET", f"{CR_PATH}?watch=true&allowWatchBookmarks=true&resourceVersion={old}")
-    resp = conn.getresponse()
-    server.wait_for_watchers(PLURAL, 2, timeout=WAIT)
     apply(custom, worker_metadata("worker-1", "u-2"))
+    assert crs.next()["object"]["metadata"]["name"] == "worker-1"
 
-    floor = server.expire_watches(PLURAL)
+    floor = server.reinitialise_watch_cache(PLURAL)
     assert floor == server.resource_version
     crs.wait_finished()
-    assert isinstance(crs.error, ApiException) and crs.error.status == 410
-    events = [read_event(resp)]
-    while events[-1]["type"] != "ERROR":  # what was sent before the expiry, then the 410
-        events.append(read_event(resp))
-    assert resp.read() == b""  # and the stream ends
-    conn.close()
-    assert events[-1]["object"]["code"] == 410 and events[-1]["object"]["reason"] == "Expired"
-    deadline = time.monotonic() + WAIT  # the client may see the ERROR before its stream is unregistered
-    while server.watch_count(PLURAL) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert server.watch_count(PLURAL) == 0 and server.watch_count("pods") == 1  # other resources keep theirs
+    assert crs.error is None  # a clean end, not an ERROR event
+    assert server.watch_count("pods") == 1  # other resources keep theirs
 
     code, _, _ = raw(server, "GET", f"{CR_PATH}?watch=true&timeoutSeconds=1&resourceVersion={old}")
-    assert code == 200  # the ERROR event again: the old version stays expired
+    assert code == 200  # an ERROR event: the old version is older than the new window
     with pytest.raises(ApiException) as again:
         next(
             watch.Watch().stream(
@@ -646,11 +672,40 @@ def test_a_server_stopped_holding_its_port_refuses_then_serves_the_same_objects_
         with pytest.raises(ConnectionRefusedError):
             raw(fake, "GET", "/api/v1/namespaces/default/pods/worker-0")  # still this port: refused
         fake.start()
-        assert fake.port == port and fake.resource_version == version
+        assert fake.port == port and int(fake.resource_version) > int(version)  # its own writes at start
         status, _, body = raw(fake, "GET", "/api/v1/namespaces/default/pods/worker-0")
         assert status == 200 and body["metadata"]["uid"] == pod["metadata"]["uid"]
     finally:
         fake.stop()
+
+
+def test_stop_cuts_a_graceful_shutdown_short_and_start_serves_again_on_the_port():
+    fake = FakeKubeServer(time_scale=0.01).start()  # timeoutSeconds=600 lasts 6 s
+    api_client = client.ApiClient(client.Configuration(host=fake.url))
+    try:
+        stream = Stream(
+            client.CustomObjectsApi(api_client).list_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            "default",
+            PLURAL,
+            timeout_seconds=600,
+        )
+        fake.wait_for_watchers(PLURAL, 1, timeout=WAIT)
+        port = fake.port
+        fake.shut_down_gracefully(watch_grace=600)
+        with pytest.raises(ConnectionRefusedError):
+            raw(fake, "GET", "/api/v1/namespaces/default/pods")
+        assert not stream.finished.wait(0.2)  # the watch is kept through the grace
+        started = time.monotonic()
+        fake.stop(hold_port=True)
+        stream.wait_finished(timeout=5)
+        assert stream.error is None and time.monotonic() - started < 5
+        fake.start()
+        assert fake.port == port and raw(fake, "GET", "/api/v1/namespaces/default/pods")[0] == 200
+    finally:
+        fake.stop()
+        api_client.close()
 
 
 def test_end_watches_closes_streams_cleanly(server: FakeKubeServer, core, streams):
@@ -662,6 +717,7 @@ def test_end_watches_closes_streams_cleanly(server: FakeKubeServer, core, stream
 
 # ----- pods, garbage collection, readiness --------------------------------------------------------------
 def test_pod_deletion_garbage_collects_owned_objects(server: FakeKubeServer, custom, core, streams):
+    server.set_garbage_collector(True)
     pod_a, pod_b = server.create_pod("pod-a", containers=("main", "sidecar")), server.create_pod("pod-b")
     apply(custom, worker_metadata("pod-a", pod_a["metadata"]["uid"]))
     apply(custom, worker_metadata("pod-a-sidecar", pod_a["metadata"]["uid"], pod="pod-a"))
@@ -683,15 +739,21 @@ def test_pod_deletion_garbage_collects_owned_objects(server: FakeKubeServer, cus
     assert gone == {"pod-a", "pod-a-sidecar"}
     assert [o["metadata"]["name"] for o in server.objects(PLURAL)] == ["pod-b"]
 
-    core.delete_namespaced_pod("pod-b", "default")  # through the API as well
+    core.delete_namespaced_pod("pod-b", "default")  # through the API: only terminating (no kubelet)
+    server.wait_for_garbage_collection()
+    assert server.get(PLURAL, "pod-b") is not None and server.get("pods", "pod-b")["metadata"]["deletionTimestamp"]
+    core.delete_namespaced_pod("pod-b", "default", grace_period_seconds=0)  # the kubelet's final delete
     deleted = stream.next()
     assert (deleted["type"], deleted["object"]["metadata"]["name"]) == ("DELETED", "pod-b")
 
 
 def test_orphan_deletion_keeps_dependents(server: FakeKubeServer, custom, core):
+    server.set_garbage_collector(True)
     pod = server.create_pod("worker-0")
     apply(custom, worker_metadata("worker-0", pod["metadata"]["uid"]))
-    core.delete_namespaced_pod("worker-0", "default", propagation_policy="Orphan")
+    core.delete_namespaced_pod("worker-0", "default", propagation_policy="Orphan", grace_period_seconds=0)
+    assert server.get("pods", "worker-0") is None
+    server.wait_for_garbage_collection()
     assert [o["metadata"]["name"] for o in server.objects(PLURAL)] == ["worker-0"]
 
 
@@ -707,6 +769,11 @@ def test_pod_readiness_reaches_a_typed_pod_watch(server: FakeKubeServer, core, s
     server.delete_pod("worker-0", graceful=True)
     terminating = stream.next()
     assert terminating["type"] == "MODIFIED" and terminating["object"].metadata.deletion_timestamp is not None
+    assert terminating["object"].metadata.deletion_grace_period_seconds == 30
+    stopped = stream.next()["object"]  # the kubelet: containers stopped, then its final delete
+    assert stopped.metadata.deletion_timestamp and not any(c.ready for c in stopped.status.container_statuses)
+    final = stream.next()
+    assert final["type"] == "MODIFIED" and final["object"].metadata.deletion_grace_period_seconds == 0
     assert stream.next()["type"] == "DELETED"
 
 
@@ -818,6 +885,7 @@ def test_pagination_with_limit_and_continue(server: FakeKubeServer, custom):
     assert names == [f"w-{i}" for i in range(7)]
 
     first = custom.list_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, limit=2)
+    apply(custom, worker_metadata("w-10", "u-10"))  # the token's revision is now older than a compaction
     server.compact()
     with pytest.raises(ApiException) as expired:
         custom.list_namespaced_custom_object(

@@ -4,7 +4,7 @@ Each file is one scenario: ``{"scenario", "server", "notes"?, "steps": [{"reques
 "response": {...}, "note"?, "library_raised"?}]}`` (the folder's README.md says what each shows).
 The replay tests (``test_transcripts_*.py``) send the recorded requests to the fake and compare
 status codes and stored shapes; :data:`REPLAYED` lists the files each of them covers, and
-``test_every_transcript_is_replayed`` checks that together they cover all.
+``test_transcripts_replayed.py`` checks that together they cover all.
 """
 
 from __future__ import annotations
