@@ -12,6 +12,11 @@ lives beside the tests rather than in the installed ``discovery-sync bench``.
 * ``delivery``: a writer process registers (and unregisters) endpoints stamped with the send
   time; a watcher in this process times each ``Added``. Measured in an empty namespace and next
   to 1,000 other workers (a change must cost what it touches, not the namespace).
+* ``graceful_delete``: a served worker's pod is deleted gracefully through the API (grace 30 s, as
+  ``kubectl delete pod`` does); a watcher times the ``Removed`` from the DELETE request. The
+  EndpointSlice controller marks the terminating pod's endpoint not ready at once, so the worker
+  stops being served long before the pod is gone. Upstream's anchor on a real cluster: 0.899 s
+  (dynamo #14294, which it reports as the time a frontend kept routing to a deleted worker).
 * ``interop`` (``--interop``, needs ``ai-dynamo-runtime``): reference-runtime workers and our
   client as ready pods of one fake server: Rust register -> our watch, our register -> the Rust
   client, Rust register -> Rust client (see ``python -m benchmarks.interop`` for file and etcd).
@@ -128,6 +133,34 @@ def bench_delivery(base: Path, events: int, background: int) -> dict[str, Any]:
     return {"background_workers": background, **summary(latencies)}
 
 
+def bench_graceful_delete(base: Path, rounds: int) -> dict[str, Any]:
+    """Milliseconds from a graceful pod DELETE (sent with the official client) to the watcher's ``Removed``."""
+    from kubernetes import client, config
+
+    with FakeKubeServer(auto_endpoint_slices=True) as server:
+        kubeconfig = server.write_kubeconfig(base / "kubeconfig-graceful-delete")
+        api = config.new_client_from_config(config_file=str(kubeconfig))
+        pods = client.CoreV1Api(api)
+        latencies: list[float] = []
+        watcher = ds.connect(_url(kubeconfig, server.create_pod("watcher")))
+        with watcher, watcher.list_and_watch(ds.Query.endpoints("bench")) as watch:
+            assert isinstance(watch.get(timeout=30), ds.Resync)
+            for i in range(rounds):
+                name = f"leaving-{i}"
+                pod = server.create_pod(name)
+                identity = PodIdentity(name, pod["metadata"]["uid"], NAMESPACE)
+                endpoint = ds.Endpoint("bench", "leaving", "e", identity.instance_id, ds.Transport.tcp("10.1.0.1:9000"))
+                body = worker_metadata_body(identity, [endpoint])
+                server.upsert(WORKER_METADATA, {**body, "metadata": {**body["metadata"], "namespace": NAMESPACE}})
+                assert watch.get(timeout=30) == ds.Added(endpoint)
+                start = time.perf_counter()
+                pods.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=30)
+                assert watch.get(timeout=30) == ds.Removed(endpoint.id())
+                latencies.append((time.perf_counter() - start) * 1000)
+        api.close()
+    return {"rounds": rounds, "upstream_anchor_ms": 899, **summary(latencies)}
+
+
 def bench_interop(base: Path, events: int) -> dict[str, Any]:
     """Reference peers and our client as ready pods of one fake API server (plain HTTP, loopback)."""
     with FakeKubeServer(auto_endpoint_slices=True) as server:
@@ -146,6 +179,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--events", type=int, default=300)
     parser.add_argument("--sizes", default="250,500,1000,2000")
+    parser.add_argument("--rounds", type=int, default=30, help="graceful pod deletes timed")
+    parser.add_argument("--only", choices=["graceful_delete"], help="run this figure alone")
     parser.add_argument("--interop", action="store_true", help="reference-runtime peers instead")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="discovery-sync-bench-kube-") as scratch:
@@ -154,10 +189,18 @@ def main(argv: list[str] | None = None) -> None:
             result = {"backend": "kube (fake API server, same process)", "interop": bench_interop(base, args.events)}
             sys.stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
             return
+        if args.only == "graceful_delete":
+            result = {
+                "backend": "kube (fake API server, same process)",
+                "graceful_delete": bench_graceful_delete(base, args.rounds),
+            }
+            sys.stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
+            return
         result = {
             "backend": "kube (fake API server, same process)",
             "initial_sync": bench_initial_sync(base, [int(s) for s in args.sizes.split(",")]),
             "delivery": [bench_delivery(base, args.events, background) for background in (0, 1000)],
+            "graceful_delete": bench_graceful_delete(base, args.rounds),
         }
     sys.stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
 
