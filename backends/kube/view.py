@@ -11,7 +11,7 @@ report — the DynamoWorkerMetadata CRs of the namespace, and readiness (Endpoin
 Resync. This pod's own records come from the backend (:meth:`KubeDaemon.set_local`), not from its
 CR, so they are seen at once and whether or not the pod is ready.
 
-States: ``Pending`` until both resources were listed once, then ``Ready``; ``Stopped`` after
+States: ``Pending`` until both resources were listed and watched once, then ``Ready``; ``Stopped`` after
 :meth:`stop`; ``Failed(reason)`` when the CRD or RBAC is missing at start, or on a bug — then
 every feed fails with the cause, never silently.
 
@@ -98,6 +98,9 @@ class ResourceCache:
     objects: dict[str, dict[str, Any]] = field(default_factory=dict)
     progress: int | None = None
     listed: bool = False
+    #: the server accepted a watch of it once: Ready needs that too, so that a watch refused (403)
+    #: right after the list is reported by the first read instead of one read later
+    watching: bool = False
 
     def advance(self, version: Any) -> None:
         number = parse_rv(version)
@@ -362,6 +365,8 @@ class KubeDaemon:
         if isinstance(message, Opened):
             self._denied.pop(f"watch {message.resource}", None)
             self._answered(f"watch {message.resource}", f"watching {message.resource}", message.started)
+            self._caches[message.resource].watching = True
+            self._ready_once_complete()
             return
         cache = self._caches[message.resource]
         if isinstance(message, Progress):
@@ -389,7 +394,7 @@ class KubeDaemon:
         self._publish(self._serve(name) if cache is self._crs else self._readiness_changed(), resync=False)
 
     def _listed(self, cache: ResourceCache, message: Listed) -> None:
-        """A complete list: replace the cache, re-serve what it concerns, turn Ready once both are listed."""
+        """A complete list: replace the cache, re-serve what it concerns (Ready once both are listed and watched)."""
         if cache is self._crs and self.own_cr_name is not None:
             before, after = cache.objects.get(self.own_cr_name), message.objects.get(self.own_cr_name)
             if before is not None and (after is None or _uid(after) != _uid(before)):
@@ -408,7 +413,11 @@ class KubeDaemon:
             self.resyncs += 1
             log.info("listed %s again; resynchronising %d watch(es)", message.resource, len(self._feeds))
         self._publish(touched, resync=resync)
-        if self.state is State.PENDING and all(c.listed for c in self._caches.values()):
+        self._ready_once_complete()
+
+    def _ready_once_complete(self) -> None:
+        """Pending → Ready once every resource is listed and watched."""
+        if self.state is State.PENDING and all(c.listed and c.watching for c in self._caches.values()):
             self.state = State.READY
             self.last_error = ""
             log.debug("Kubernetes discovery is ready (%d workers)", len(self._entries))
