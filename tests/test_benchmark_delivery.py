@@ -4,23 +4,14 @@ report's shape and the consistency of its numbers are checked, no timing is asse
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 from testrigs.source_tree import REPO
+from tests.benchmark_runs import run_benchmark
 
 
 def test_delivery_benchmark_measures_two_sources_with_ratios_to_the_first(tmp_path):
     options = ["--events", "200", "--watches", "2", "--runs", "1", "--source", str(REPO), "--source", "."]
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.delivery", *options],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_benchmark("delivery", *options)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout)
     first, later = report["sources"]
@@ -29,11 +20,5 @@ def test_delivery_benchmark_measures_two_sources_with_ratios_to_the_first(tmp_pa
     for figure in ("fan_out_us", "publish_us", "drain_us"):
         assert first["medians"][figure] > 0 and later["medians"][figure] > 0
         assert ratios[figure] == round(later["medians"][figure] / first["medians"][figure], 3)
-    refused = subprocess.run(
-        [sys.executable, "-m", "benchmarks.delivery", "--source", str(tmp_path)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    refused = run_benchmark("delivery", "--source", str(tmp_path), timeout=60)
     assert refused.returncode == 2 and "not a checkout of discovery-sync" in refused.stderr

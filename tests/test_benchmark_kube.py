@@ -5,22 +5,12 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
-from testrigs.source_tree import REPO
+from tests.benchmark_runs import run_benchmark
 
 
 def test_the_graceful_delete_figure_times_every_round():
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.kube", "--only", "graceful_delete", "--rounds", "3"],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_benchmark("kube", "--only", "graceful_delete", "--rounds", "3")
     assert done.returncode == 0, done.stderr[-3000:]
     figure = json.loads(done.stdout)["graceful_delete"]
     assert figure["rounds"] == figure["count"] == 3 and figure["upstream_anchor_ms"] == 899

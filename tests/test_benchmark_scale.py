@@ -6,26 +6,16 @@ Only the report's shape and the consistency of its numbers are checked: no timin
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 from testrigs.source_tree import REPO
+from tests.benchmark_runs import run_benchmark
 
 
 def test_scale_benchmark_prints_every_number_with_the_reference_beside_ours():
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
     options = ["--records", "200", "--runs", "2", "--window", "2", "--warmup", "2", "--watches", "1,20"]
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.scale", *options],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = run_benchmark("scale", *options, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout)
     (size,) = report["sizes"]
@@ -67,16 +57,8 @@ FIGURES = (
 
 def test_scale_benchmark_measures_two_sources_side_by_side_with_ratios_to_the_first():
     # the same checkout twice (an A/A run): no second worktree needed, and the shape is the same
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
     options = ["--records", "200", "--runs", "1", "--window", "1", "--warmup", "0", "--no-etcd", "--no-reference"]
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.scale", *options, "--source", str(REPO), "--source", "."],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run_benchmark("scale", *options, "--source", str(REPO), "--source", ".")
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout)
     first, later = report["sources"]
@@ -105,14 +87,7 @@ def test_scale_benchmark_measures_two_sources_side_by_side_with_ratios_to_the_fi
 
 
 def test_scale_benchmark_refuses_a_source_that_is_not_a_checkout_of_the_library(tmp_path):
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.scale", "--source", str(REPO), "--source", str(tmp_path)],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_benchmark("scale", "--source", str(REPO), "--source", str(tmp_path), timeout=60)
     assert done.returncode == 2
     assert f"--source {tmp_path}: not a checkout of discovery-sync" in done.stderr
     assert done.stdout == ""
