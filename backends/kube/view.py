@@ -349,24 +349,8 @@ class KubeDaemon:
         if isinstance(message, Fatal):
             self._fail_with(message.message)
             return
-        if isinstance(message, Trouble):
-            self.last_error = message.message
-            if self._keeper is not None:
-                self._keeper.retrying(f"watch {message.resource}")
-                if message.unreachable and message.failures > 1:
-                    self._keeper.failed(f"watch {message.resource}", message.message, message.started)
-            return
-        if isinstance(message, Denied):
-            self.last_error = message.message
-            self._denied[f"watch {message.resource}"] = message.message
-            if self._keeper is not None:
-                self._keeper.denied(f"watch {message.resource}", message.message)
-            return
-        if isinstance(message, Opened):
-            self._denied.pop(f"watch {message.resource}", None)
-            self._answered(f"watch {message.resource}", f"watching {message.resource}", message.started)
-            self._caches[message.resource].watching = True
-            self._ready_once_complete()
+        if isinstance(message, (Trouble, Denied, Opened)):
+            self._stream_state(message)
             return
         cache = self._caches[message.resource]
         if isinstance(message, Progress):
@@ -392,6 +376,26 @@ class KubeDaemon:
             if cache is self._crs:
                 self._entries[name] = update_entry(self._entries.get(name), obj)
         self._publish(self._serve(name) if cache is self._crs else self._readiness_changed(), resync=False)
+
+    def _stream_state(self, message: Trouble | Denied | Opened) -> None:
+        """A stream failed (and retries), was refused, or opened its watch."""
+        source = f"watch {message.resource}"
+        if isinstance(message, Trouble):
+            self.last_error = message.message
+            if self._keeper is not None:
+                self._keeper.retrying(source)
+                if message.unreachable and message.failures > 1:
+                    self._keeper.failed(source, message.message, message.started)
+        elif isinstance(message, Denied):
+            self.last_error = message.message
+            self._denied[source] = message.message
+            if self._keeper is not None:
+                self._keeper.denied(source, message.message)
+        else:
+            self._denied.pop(source, None)
+            self._answered(source, f"watching {message.resource}", message.started)
+            self._caches[message.resource].watching = True
+            self._ready_once_complete()
 
     def _listed(self, cache: ResourceCache, message: Listed) -> None:
         """A complete list: replace the cache, re-serve what it concerns (Ready once both are listed and watched)."""
