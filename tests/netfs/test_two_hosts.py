@@ -151,6 +151,8 @@ STRESS_RESCAN = 1.0
 
 
 STRESS_TTL = 3.0  # far shorter than B's cache window: readers there must allow for it
+#: seconds a hidden copy may stay: a few rounds of A's sweep (TTL plus a rescan each)
+SWEPT_WITHIN = 4 * (STRESS_TTL + STRESS_RESCAN)
 
 
 @pytest.mark.slow
@@ -229,9 +231,15 @@ def test_four_writers_per_host_lose_nothing_tear_nothing_and_no_live_record_is_r
         record_property(f"resyncs_{host}", watcher.resyncs)
     for writer in writers:
         assert "while this client is alive" not in writer.log(), writer.log()
-    # no torn file, no temp file left behind, and the copies sshfs hid were swept by the readers
-    files = store_files(hosts.export)
-    assert files["hidden"] == [] and files["other"] == []
+    # no torn file, no temp file left behind, and the copies sshfs hid were swept by the readers: a
+    # sweep re-opens a file right before unlinking it, and libfuse hides a file unlinked before the
+    # kernel's (asynchronous) release of that open reached it, so a sweep may leave one more hidden
+    # copy, itself swept once unchanged for A's TTL (a full run saw one left at this point)
+    deadline = time.monotonic() + SWEPT_WITHIN
+    while (files := store_files(hosts.export))["hidden"]:
+        assert time.monotonic() < deadline, files["hidden"]
+        time.sleep(0.2)  # polling: the server's directory gives no notice
+    assert files["other"] == []
     assert sorted(ds.instance_from_json(f.read_bytes()).id().to_path() for f in files["records"]) == sorted(expected)
 
     for agent in agents:
