@@ -640,19 +640,25 @@ def test_watch_ends_at_timeout_seconds(server: FakeKubeServer, custom):
     assert events == [] and 0.9 < time.monotonic() - started < 5
 
 
+def watching_crs(fake: FakeKubeServer, api_client: client.ApiClient) -> Stream:
+    """A watch of the default namespace's CRs (asked to last 600 s), open on ``fake``."""
+    stream = Stream(
+        client.CustomObjectsApi(api_client).list_namespaced_custom_object,
+        GROUP,
+        VERSION,
+        "default",
+        PLURAL,
+        timeout_seconds=600,
+    )
+    fake.wait_for_watchers(PLURAL, 1, timeout=WAIT)
+    return stream
+
+
 def test_stop_ends_open_watch_streams(custom):
     fake = FakeKubeServer().start()
     api_client = client.ApiClient(client.Configuration(host=fake.url))
     try:
-        stream = Stream(
-            client.CustomObjectsApi(api_client).list_namespaced_custom_object,
-            GROUP,
-            VERSION,
-            "default",
-            PLURAL,
-            timeout_seconds=600,
-        )
-        fake.wait_for_watchers(PLURAL, 1, timeout=WAIT)
+        stream = watching_crs(fake, api_client)
         started = time.monotonic()
         fake.stop()
         stream.wait_finished(timeout=5)
@@ -683,15 +689,7 @@ def test_stop_cuts_a_graceful_shutdown_short_and_start_serves_again_on_the_port(
     fake = FakeKubeServer(time_scale=0.01).start()  # timeoutSeconds=600 lasts 6 s
     api_client = client.ApiClient(client.Configuration(host=fake.url))
     try:
-        stream = Stream(
-            client.CustomObjectsApi(api_client).list_namespaced_custom_object,
-            GROUP,
-            VERSION,
-            "default",
-            PLURAL,
-            timeout_seconds=600,
-        )
-        fake.wait_for_watchers(PLURAL, 1, timeout=WAIT)
+        stream = watching_crs(fake, api_client)
         port = fake.port
         fake.shut_down_gracefully(watch_grace=600)
         with pytest.raises(ConnectionRefusedError):
