@@ -74,9 +74,14 @@ def spec_text(text: str) -> str:
 
 
 def managed_fields(obj: dict[str, Any]) -> list[tuple[str, str, bool, Any]]:
-    """The ``managedFields`` entries in order: manager, operation, whether timed, and the fields they own."""
+    """The ``managedFields`` entries: manager, operation, whether timed, and the fields they own, in
+    the server's order (operation, time, manager) but for their times, which differ from the
+    recording's by whole seconds (two writes may fall in one second there and in two here)."""
     entries = obj["metadata"].get("managedFields") or []
-    return [(e["manager"], e["operation"], "time" in e, e["fieldsV1"]) for e in entries]
+    listed = [(e["operation"], e.get("time", ""), e["manager"]) for e in entries]
+    assert listed == sorted(listed), f"managedFields out of the server's order: {listed}"
+    timeless = [(e["manager"], e["operation"], "time" in e, e["fieldsV1"]) for e in entries]
+    return sorted(timeless, key=lambda entry: (entry[1], entry[0], entry[2]))
 
 
 class Replay:
