@@ -238,7 +238,7 @@ class KubeDaemon:
                 objects, version = self.api.list_all(cache.resource)
             except ApiException as exc:
                 if exc.status == 403:
-                    self._read_denied(exc, cache.resource.plural)
+                    self._read_denied(exc, cache.resource)
                 self._barrier_failed(exc, cache.resource.plural, started)
                 return False
             except TRANSPORT_ERRORS as exc:
@@ -262,10 +262,10 @@ class KubeDaemon:
             self._keeper.failed("read", message, started, lasting=False)
         self._warn_stale(message)
 
-    def _read_denied(self, exc: ApiException, plural: str) -> NoReturn:
-        """The read barrier may not list ``plural``: SUSPENDED until a read's list works again,
+    def _read_denied(self, exc: ApiException, resource: Resource) -> NoReturn:
+        """The read barrier may not list ``resource``: SUSPENDED until a read's list works again,
         and BackendUnavailable saying so."""
-        message = denied_message("list", plural, self.api.namespace, exc, self.api.server)
+        message = denied_message("list", resource, self.api.namespace, exc, self.api.server)
         if self._keeper is not None:
             self._keeper.denied("read", message)
         raise BackendUnavailable(f"Kubernetes discovery cannot see the cluster: {message}") from exc

@@ -128,19 +128,11 @@ class Crashed:
 Message = Listed | Opened | Changed | Progress | Trouble | Denied | Fatal | Crashed
 
 
-#: the qualified names RBAC rules and the API server's refusals use
-QUALIFIED_NAMES = {
-    "dynamoworkermetadatas": "dynamoworkermetadatas.nvidia.com",
-    "endpointslices": "endpointslices.discovery.k8s.io",
-    "pods": "pods",
-}
-
-
-def denied_message(verb: str, plural: str, namespace: str, exc: ApiException, server: str) -> str:
+def denied_message(verb: str, resource: Resource, namespace: str, exc: ApiException, server: str) -> str:
     """One line naming what is forbidden, where, and (through :func:`.wire.explain`) what to do."""
     action = "watching" if verb == "watch" else "listing"
-    what = f"{verb} {QUALIFIED_NAMES.get(plural, plural)} in namespace {namespace} is forbidden for this client"
-    return f"{what}: {explain(exc, f'{action} {plural}', server)}"
+    what = f"{verb} {resource.qualified_name} in namespace {namespace} is forbidden for this client"
+    return f"{what}: {explain(exc, f'{action} {resource.plural}', server)}"
 
 
 class ResourceStream:
@@ -235,7 +227,7 @@ class ResourceStream:
         plural = self.resource.plural
         interrupted, self._interrupted = self._interrupted, None
         if isinstance(exc, ApiException) and exc.status == 403:
-            message = denied_message(verb, plural, self.api.namespace, exc, self.api.server)
+            message = denied_message(verb, self.resource, self.api.namespace, exc, self.api.server)
             delay = retry.next_delay()
             log.warning("%s; retrying in %.2f s", message, delay)
             self._failures = 0  # an answer: the server is there

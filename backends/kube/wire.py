@@ -205,6 +205,12 @@ class Resource:
 
     plural: str
     call: Callable[..., Any]  # the client's list function, namespace and label selector bound
+    group: str = ""  # its API group ("": the core group)
+
+    @property
+    def qualified_name(self) -> str:
+        """The name RBAC rules and the API server's refusals use: ``endpointslices.discovery.k8s.io``, ``pods``."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
 
 
 def _read_json(response: urllib3.HTTPResponse) -> Any:
@@ -240,10 +246,12 @@ class KubeApi:
         self.worker_metadata = Resource(
             PLURAL,
             partial(self.custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL),
+            GROUP,
         )
         self.endpoint_slices = Resource(
             "endpointslices",
             partial(discovery.list_namespaced_endpoint_slice, namespace, label_selector=DISCOVERY_SELECTOR),
+            "discovery.k8s.io",
         )
         self.pods = Resource(
             "pods",
