@@ -633,6 +633,8 @@ class Discovery(abc.ABC):
     # -- lifecycle --------------------------------------------------------------------------------
     def shutdown(self) -> None:
         """Remove every record this client owns, close its watches and stop its threads. Idempotent."""
+        if not self._closed:
+            self._interrupt()
         with self._api_lock:
             if self._closed:
                 return
@@ -641,18 +643,27 @@ class Discovery(abc.ABC):
             owned, self._owned = self._owned, {}
             if self._cohort is not None and self._cohort.replaced is not None:
                 owned = {}  # a successor took them over: they are not this client's to remove
-            for instance_id in owned:
-                try:
-                    self._delete(instance_id)
-                except InstanceReplaced:
-                    break  # a successor took over meanwhile: nothing more is this client's to remove
-                except Exception as exc:
-                    self._metrics.write_failed("shutdown", exc)
-                    log.exception("could not remove %s during shutdown", _describe(instance_id))
+            self._remove_at_shutdown(list(owned))
             for lock in self._failover_locks:  # after the records: a standby takes over what is left
                 lock.close()
             self._close()
         self._connection.close()
+
+    def _interrupt(self) -> None:
+        """Shutdown begins: make the calls under way that could hang return soon, before shutdown
+        waits for the client's lock (nothing by default)."""
+        return None
+
+    def _remove_at_shutdown(self, owned: builtins.list[DiscoveryInstanceId]) -> None:
+        """Remove the records this client owned (under the client's lock; one by one by default)."""
+        for instance_id in owned:
+            try:
+                self._delete(instance_id)
+            except InstanceReplaced:
+                break  # a successor took over meanwhile: nothing more is this client's to remove
+            except Exception as exc:
+                self._metrics.write_failed("shutdown", exc)
+                log.exception("could not remove %s during shutdown", _describe(instance_id))
 
     # -- connection state (docs/design.md §5.5) ------------------------------------------------------
     @property

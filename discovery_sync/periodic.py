@@ -22,7 +22,8 @@ log = logging.getLogger(__name__)
 
 
 class PeriodicThread:
-    """``job`` every ``interval`` seconds in a thread named ``name``; :meth:`health` tells how it
+    """``job`` every ``interval`` seconds in a thread named ``name`` (or after as many seconds
+    as ``next_interval()`` says after each run, when given); :meth:`health` tells how it
     goes, ``durations`` how long each run of the job took (real time, also for a run that
     raised) and ``crashes`` whether the thread crashed (metrics)."""
 
@@ -36,9 +37,11 @@ class PeriodicThread:
         on_crash: Callable[[BaseException], None] | None = None,
         run_first: bool = False,
         clock: Clock = SYSTEM,
+        next_interval: Callable[[], float] | None = None,
     ) -> None:
         self.name = name
         self.interval = interval
+        self._next_interval = next_interval
         self._job = job
         self._on_error = on_error
         self._run_first = run_first
@@ -101,5 +104,6 @@ class PeriodicThread:
             self._wait()
 
     def _wait(self) -> None:
-        self._clock.wait(self._wake, self.interval)
+        interval = self.interval if self._next_interval is None else self._next_interval()
+        self._clock.wait(self._wake, interval)
         self._wake.clear()

@@ -63,7 +63,7 @@ class Member:
 
     def healthy(self) -> bool:
         try:
-            return requests.get(f"{self.url}/health", timeout=1).json().get("health") == "true"
+            return bool(requests.get(f"{self.url}/health", timeout=1).json().get("health") == "true")
         except (requests.RequestException, ValueError):
             return False
 

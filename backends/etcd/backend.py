@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
+import time
 from functools import partial
 from typing import Any
 
@@ -18,9 +19,11 @@ from discovery_sync.queries import Query
 from discovery_sync.retry import Retry
 from discovery_sync.watch import WatchFeed
 
+from .deadlines import Patience
 from .layout import KeyLayout
-from .liveness import LeaseKeeper
+from .liveness import LeaseKeeper, Prepare
 from .options import OPTIONS
+from .silence import SilenceWatch
 from .watcher import BucketStream, StreamEnded
 from .wire import REQUEST_TIMEOUT, EtcdGateway, parse_value
 
@@ -29,6 +32,8 @@ log = logging.getLogger("discovery_sync.backends.etcd")
 #: connecting retries after 0.5 s, doubling to 5 s: a worker waiting without limit for its etcd
 #: sees it at most 5 s after it starts
 CONNECT_BACKOFF = (0.5, 5.0)
+#: seconds shutdown() gives the revocation of the lease, every member included
+REVOKE_TIMEOUT = 1.0
 
 
 def unreachable(failure: BackendUnavailable, elapsed: float, timeout: float | None) -> str:
@@ -105,13 +110,17 @@ class EtcdDiscovery(Discovery):
     ) -> None:
         super().__init__(read_only=OPTIONS.check("read_only", read_only))
         ttl, connect_timeout = OPTIONS.check("ttl", ttl), OPTIONS.check("connect_timeout", connect_timeout)
-        watch_read_timeout, prefix = (
-            OPTIONS.check("watch_read_timeout", watch_read_timeout),
-            OPTIONS.check("prefix", prefix),
-        )
+        watch_read_timeout = OPTIONS.check("watch_read_timeout", watch_read_timeout)
+        prefix = OPTIONS.check("prefix", prefix)
         request_timeout = OPTIONS.check("request_timeout", request_timeout)
         self.gateway = EtcdGateway(
-            endpoints, username=username, password=password, verify=verify, cert=cert, request_timeout=request_timeout
+            endpoints,
+            username=username,
+            password=password,
+            verify=verify,
+            cert=cert,
+            request_timeout=request_timeout,
+            patience=Patience.for_ttl(ttl, request_timeout),
         )
         self.keys = KeyLayout(prefix)
         self.ttl = ttl
@@ -123,6 +132,7 @@ class EtcdDiscovery(Discovery):
         # failed watches are closed); one is removed, and stopped, when its last watch closes
         self._watchers: set[BucketStream] = set()
         self._watchers_lock = threading.Lock()
+        self._silence: SilenceWatch | None = None  # started with the first stream
         self._lease: LeaseKeeper | None = None  # granted on first need (never for a read-only client)
         self._lease_lock = threading.Lock()  # held while granting: racing threads get one lease
         self._unleased_id = (secrets.randbits(63) or 1) if self.read_only else 0
@@ -177,7 +187,9 @@ class EtcdDiscovery(Discovery):
             if self._lease is None:
                 self._check_writable("hold a lease")
                 self._check_open()  # _close() takes the lease under this lock once _closed is set
-                lease = LeaseKeeper(self.gateway, self.ttl, self._rewrite_owned, self._connection)
+                lease = LeaseKeeper(
+                    self.gateway, self.ttl, self._rewrite_owned, self._connection, quorum_range=self.keys.everything()
+                )
                 lease.start()
                 self._lease = lease
             return self._lease
@@ -267,10 +279,18 @@ class EtcdDiscovery(Discovery):
             self._check_open()  # _close() takes its snapshot of the streams under this lock
             stream = next((s for s in self._watchers if s.kind is kind and s.failure is None), None)
             if stream is None:
-                stream = BucketStream(self.gateway, self.keys, kind, read_timeout=self.watch_read_timeout)
+                if self._silence is None:
+                    self._silence = SilenceWatch(self.gateway, self._streams)
+                stream = BucketStream(
+                    self.gateway, self.keys, kind, read_timeout=self.watch_read_timeout, on_stream=self._silence.wake
+                )
                 self._watchers.add(stream)
             stream.users += 1
         return stream
+
+    def _streams(self) -> list[BucketStream]:
+        with self._watchers_lock:
+            return list(self._watchers)
 
     def _release(self, stream: BucketStream) -> None:
         """One use of ``stream`` less; the last stops it."""
@@ -295,17 +315,32 @@ class EtcdDiscovery(Discovery):
     def _probe(self) -> None:
         self.gateway.range(*self.keys.everything(), limit=1)
 
-    def _rewrite_owned(self) -> list[str]:
-        """Write the owned records again (the keep-alive thread, after re-granting the lost lease);
-        their store keys."""
+    def _rewrite_owned(self, prepare: Prepare) -> list[str]:
+        """``prepare()`` (which grants the lease again when etcd dropped it), then write the owned
+        records again (the keep-alive thread, after LOST); their store keys. Under the client's
+        lock, so that no record is written back after it was unregistered; a call of another thread
+        that holds it while hung on a member is cut when the keep-alive sets that member aside."""
         lease_id = self._leased().lease_id
         written = []
         with self._api_lock:
+            prepare()
             for instance in self._owned.values():
                 key = self.keys.key(instance.id())
                 self.gateway.put(key, instance_to_json(instance), lease_id)
                 written.append(key.decode())
         return written
+
+    def _interrupt(self) -> None:
+        """Shutdown begins: every request under way is cut and later ones refuse (but the revoke),
+        and the keep-alive ends, so that nothing shutdown waits for hangs on a member."""
+        self.gateway.interrupt()
+        lease = self._lease
+        if lease is not None:
+            lease.stop()
+
+    def _remove_at_shutdown(self, owned: list[DiscoveryInstanceId]) -> None:
+        """Nothing one by one: revoking the lease (:meth:`_close`) deletes every record attached to
+        it at once, and when etcd does not answer they expire with it."""
 
     def _close(self) -> None:
         with self._lease_lock:  # _closed is set: no lease is granted after this
@@ -318,9 +353,16 @@ class EtcdDiscovery(Discovery):
             for feed in stream.feeds():
                 feed.close()  # the last one stops the stream
             stream.stop()  # also a stream whose first watch is still starting: it will not start
+        if self._silence is not None:
+            self._silence.stop()
         if lease is not None:
             try:
-                self.gateway.lease_revoke(lease.lease_id)
+                self.gateway.lease_revoke(lease.lease_id, deadline=time.monotonic() + REVOKE_TIMEOUT)
             except DiscoveryError as exc:
-                log.warning("could not revoke lease %x (its records expire with it): %s", lease.lease_id, exc)
+                log.warning(
+                    "could not revoke lease %x (its records expire with it within %d s): %s",
+                    lease.lease_id,
+                    self.ttl,
+                    exc,
+                )
         self.gateway.session.close()

@@ -3,16 +3,29 @@
 A :class:`LeaseKeeper` grants the lease when it is made; the client makes one on the first need
 of a lease (never at connect, never for a read-only client).
 
-The lease id is the client's instance id, so a lost lease (expired during an outage, or while
-the server answered nonsense) is granted again with the SAME id and the client's records are
-written again; the instance id never changes. The keep-alive thread retries every interval
-whatever goes wrong; ``status()`` tells what happened.
+The lease id is the client's instance id, so a lost lease is granted again with the SAME id and
+the client's records are written again; the instance id never changes. The keep-alive runs every
+TTL/3, and its attempts on a member that does not answer are bounded by the keep-alive's patience
+(:mod:`.deadlines`): the member is set aside and the next one asked at once, so a hung member
+costs at most that patience, never the lease.
 
-The keep-alive reports to the client's connection state: a keep-alive that fails suspends it; one
-that finds the lease gone makes it LOST (etcd removed the records attached to the lease), and once
-the lease is granted again and every record written again it reconnects, naming their keys; one
-that renews the lease after failures resumes it (nothing was lost). The keep-alive alone decides
-between the last two, so another request that etcd answers after a failure only wakes it
+Connection state, as Curator defines it, judged by the client:
+
+- **SUSPENDED** as soon as a keep-alive is overdue on a member (or fails on every member): the
+  records are at risk, even if the next member renews the lease a moment later. A renewal counts
+  only once a linearizable read of one key name (:meth:`~.wire.EtcdGateway.confirm_quorum`)
+  confirms that a quorum stands behind it: a leader cut off from the others goes on renewing
+  leases until it notices (one to two election timeouts), and the read is overdue at once.
+- **LOST** once the lease's TTL has passed since the last keep-alive etcd acknowledged (counted
+  from when that keep-alive was sent, with the TTL etcd gave back), even while etcd says nothing;
+  or at once when etcd says the lease is gone (expired or revoked: etcd deleted the records).
+- **RECONNECTED** when the lease is renewed after failures (nothing was lost), or, after LOST,
+  once the lease is renewed or granted again and every record written again (naming their keys).
+  After a LOST judged by the client the records are written again even if the lease survived:
+  the client cannot know what was deleted meanwhile.
+
+While failing, the keep-alive retries every second at most, and no later than the moment the
+lease would expire. Another request that etcd answers after a failure wakes it
 (:meth:`LeaseKeeper.check_now`).
 """
 
@@ -22,6 +35,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from discovery_sync.connection import ConnectionStates
@@ -32,11 +46,17 @@ from .wire import EtcdGateway
 
 log = logging.getLogger("discovery_sync.backends.etcd")
 
+#: seconds between keep-alives while they fail, at most
+RETRY_WHILE_FAILING = 1.0
+#: what ``rewrite`` gets: a call to make first, under the same lock (it grants the lease again when needed)
+Prepare = Callable[[], None]
+
 
 class LeaseKeeper:
     """The client's lease, granted when made, and its keep-alive thread (started by :meth:`start`).
 
-    ``rewrite()`` writes the client's records again under the lease and returns their store keys;
+    ``rewrite(prepare)`` calls ``prepare()`` then writes the client's records again under the
+    lease, both under the lock that guards the client's records, and returns their store keys;
     ``connection`` is the client's connection state, which the keep-alive reports to (see the
     module docstring)."""
 
@@ -44,26 +64,36 @@ class LeaseKeeper:
         self,
         gateway: EtcdGateway,
         ttl: int,
-        rewrite: Callable[[], list[str]],
+        rewrite: Callable[[Prepare], list[str]],
         connection: ConnectionStates,
         lease_id: int = 0,
+        *,
+        quorum_range: tuple[bytes, bytes] = (b"\0", b"\0"),
     ) -> None:
         self.gateway = gateway
+        self._quorum_range = quorum_range
         self.ttl = ttl
         self._rewrite = rewrite
         self._connection = connection
         self._keeper = 0  # the keep-alive thread's ident, once it has run
-        self.lease_id, _ = gateway.lease_grant(ttl, lease_id)
+        sent = time.monotonic()
+        self.lease_id, granted = gateway.lease_grant(ttl, lease_id)
+        #: when (``time.monotonic()``) the lease expires unless renewed, as far as the client knows
+        self.expires_at = sent + (granted or ttl)
         self.losses = 0
+        self.keepalives = 0  # acknowledged by etcd
+        self.keepalive_member: str | None = None  # the member that acknowledged the last one
         self.last_keepalive = time.monotonic()
         self.connected = True
         self._rewrite_pending = False  # the lease was lost and the records are not all written back yet
+        self.interval = max(ttl / 3, 0.5)
         self._thread = PeriodicThread(
             "discovery-sync-etcd-keepalive",
-            max(ttl / 3, 0.5),
+            self.interval,
             self._keep_alive,
             on_error=self._error,
             on_crash=self._crashed,
+            next_interval=self._next_interval,
         )
 
     def start(self) -> None:
@@ -80,50 +110,93 @@ class LeaseKeeper:
             self._thread.wake()
 
     def _keep_alive(self) -> None:
-        """Renew the lease; once it is lost, grant it again and rewrite the records, until both succeed.
-
-        ``connected`` becomes True only when the lease is renewed and every record is back.
-        """
+        """Renew the lease; once it is lost, grant it again when etcd dropped it and rewrite the
+        records, until both succeed. ``connected`` becomes True only when the lease is renewed
+        and every record is back."""
         self._keeper = threading.get_ident()
-        if self.gateway.lease_keepalive(self.lease_id) <= 0:
-            if not self._rewrite_pending:
-                self._lost()
-            self._rewrite_pending = True
-            self.gateway.lease_grant(self.ttl, self.lease_id)
+        sent = time.monotonic()
+        deadline = self._deadline(sent)
+        remaining = self.gateway.lease_keepalive(self.lease_id, deadline=deadline, on_overdue=self._overdue)
+        if remaining > 0:
+            # a leader cut off from the others renews for a while: believe the renewal once a
+            # quorum answers
+            self.gateway.confirm_quorum(*self._quorum_range, deadline=deadline, on_overdue=self._overdue)
+            self.expires_at = sent + remaining
+        elif not self._rewrite_pending:
+            self._lost(
+                f"etcd lease {self.lease_id:x} expired or was revoked (etcd unusable for longer than its "
+                f"{self.ttl} s TTL, or the lease revoked): etcd removed this client's records with it"
+            )
         if self._rewrite_pending:
-            # also after a grant whose reply was lost: the keep-alive above then found the lease alive
-            rewritten = self._rewrite()
+            rewritten = self._rewrite(partial(self._grant_again, remaining <= 0))
             self._rewrite_pending = False
             self._connection.reconnect(
-                f"etcd lease {self.lease_id:x} was granted again and this client's {len(rewritten)} "
+                f"etcd lease {self.lease_id:x} is held again and this client's {len(rewritten)} "
                 "record(s) written again",
                 rewritten,
             )
         else:
             self._connection.resume(f"etcd renews lease {self.lease_id:x} again: it outlived the failures")
+        self.keepalives += 1
+        self.keepalive_member = self.gateway.members.current
         self.last_keepalive = time.monotonic()
         self.connected = True
 
-    def _lost(self) -> None:
-        self.losses += 1
-        log.warning(
-            "etcd lease %x expired (the server was unusable for longer than its %d s TTL); "
-            "granting it again and re-registering this client's records",
-            self.lease_id,
-            self.ttl,
-        )
-        self._connection.lose(
-            f"etcd lease {self.lease_id:x} expired or was revoked (etcd unusable for longer than its "
-            f"{self.ttl} s TTL, or the lease revoked): etcd removed this client's records with it"
+    def _deadline(self, sent: float) -> float:
+        """Until when a keep-alive sent at ``sent`` tries the members: one patience each, within
+        ``request_timeout``; while the lease is believed alive, not past its expiry (so that LOST
+        is judged on time), but at least one patience."""
+        patience = self.gateway.patience.keepalive
+        tries = sent + min(self.gateway.request_timeout, patience * len(self.gateway.endpoints))
+        if self._rewrite_pending:
+            return tries
+        return min(tries, max(self.expires_at, sent + patience))
+
+    def _grant_again(self, needed: bool) -> None:
+        """Grant the lease again under its id when etcd dropped it (``needed``)."""
+        if needed:
+            sent = time.monotonic()
+            _, granted = self.gateway.lease_grant(self.ttl, self.lease_id)
+            self.expires_at = sent + (granted or self.ttl)
+
+    def _overdue(self, member: str, cause: str) -> None:
+        """A keep-alive got no answer in time from ``member`` (set aside; the next is asked now)."""
+        self.connected = False
+        self._connection.suspend(
+            f"the keep-alive of etcd lease {self.lease_id:x} is overdue on {member} ({cause}); asking another member"
         )
 
+    def _lost(self, reason: str) -> None:
+        self._rewrite_pending = True
+        self.losses += 1
+        log.warning("%s; this client's records will be written again once etcd renews or grants the lease", reason)
+        self._connection.lose(reason)
+
+    def _next_interval(self) -> float:
+        """TTL/3 while the keep-alives succeed; while they fail, a second at most, and no later
+        than the lease's expiry."""
+        if self.connected:
+            return self.interval
+        retry = min(self.interval, RETRY_WHILE_FAILING)
+        left = self.expires_at - time.monotonic()
+        if not self._rewrite_pending and left > 0:
+            retry = min(retry, left + 0.01)
+        return max(retry, 0.05)
+
     def _error(self, exc: BaseException) -> bool:
-        """Retry after the interval whatever the job raised; only KeyboardInterrupt and the like end the thread."""
+        """Retry soon whatever the job raised (LOST once the TTL has passed since the last
+        acknowledged keep-alive); only KeyboardInterrupt and the like end the thread."""
         self.connected = False
         self._connection.suspend(f"the keep-alive of etcd lease {self.lease_id:x} failed: {exc}")
+        if not self._rewrite_pending and time.monotonic() >= self.expires_at:
+            silent = round(time.monotonic() - self.last_keepalive, 1)
+            self._lost(
+                f"no keep-alive of etcd lease {self.lease_id:x} was acknowledged for {silent:g} s, past its "
+                f"{self.ttl} s TTL: etcd has removed this client's records, or will"
+            )
         if not isinstance(exc, Exception):
             return False
-        log_retry(f"keep-alive of etcd lease {self.lease_id:x}", exc, self._thread.interval)
+        log_retry(f"keep-alive of etcd lease {self.lease_id:x}", exc, self._next_interval())
         return True
 
     def _crashed(self, exc: BaseException) -> None:
@@ -137,4 +210,7 @@ class LeaseKeeper:
             "lease_losses": self.losses,
             "connected": self.connected,
             "seconds_since_keepalive": round(time.monotonic() - self.last_keepalive, 3),
+            "keepalives": self.keepalives,
+            "keepalive_member": self.keepalive_member,
+            **self.gateway.members.status(),
         }

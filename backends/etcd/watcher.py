@@ -33,8 +33,9 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import requests
 
@@ -99,6 +100,7 @@ class BucketStream:
         *,
         read_timeout: float = 60.0,
         clock: Clock = SYSTEM,
+        on_stream: Callable[[], None] = lambda: None,
     ) -> None:
         self.gateway = gateway
         self.layout = layout
@@ -120,6 +122,12 @@ class BucketStream:
         self._retry = Retry(BACKOFF_START, BACKOFF_MAX, clock=clock, wake=self._wake)
         self._session = gateway.stream_session()
         self._response: requests.Response | None = None
+        self._on_stream = on_stream
+        #: the member the stream is open on (or being opened on), and when it was last heard from
+        #: (``time.monotonic()``; None between attempts): what :mod:`.silence` confirms
+        self.member: str | None = None
+        self._heard: float | None = None
+        self._created = False  # the member accepted the stream under way
         self._thread = start_thread(f"discovery-sync-etcd-watch-{kind.bucket}", self._run, self._crashed, start=False)
 
     # -- watches ----------------------------------------------------------------------------------
@@ -181,6 +189,10 @@ class BucketStream:
             self._thread.join(5)
         self._response = None
 
+    def heard(self) -> float | None:
+        """When the stream under way last delivered anything or was opened; None between attempts."""
+        return self._heard
+
     def _crashed(self, exc: BaseException) -> None:
         """The thread died of an unexpected error: every watch of the stream fails with it."""
         with self._lock:
@@ -202,14 +214,32 @@ class BucketStream:
             except requests.ReadTimeout:
                 continue  # only quiet: watch again from the last revision
             except (NeedsResync, requests.RequestException, BackendUnavailable) as exc:
+                self._heard = None
                 if self._stop.is_set():
                     return
+                if self._moved():
+                    continue
                 if isinstance(exc, requests.RequestException):
                     self.gateway.failed(f"the watch on {self.label} cannot reach etcd: {failure_cause(exc)}")
                 elif isinstance(exc, Unreachable):  # already told, unless the stream itself got it
                     self.gateway.failed(f"the watch on {self.label} failed: {exc}")
                 resync = True
                 self._pause(exc)
+
+    def _moved(self) -> bool:
+        """The stream was cut because its member was set aside (it did not answer in time): it
+        resumes on another member from the last revision it delivered, at once and without a
+        resync (etcd's history holds every change since). Not a stream the member never accepted."""
+        member, created = self.member, self._created
+        if not created or member is None or not self.gateway.members.is_aside(member):
+            return False
+        log.info(
+            "watch on %s moves from etcd member %s (set aside) and resumes after revision %d",
+            self.label,
+            member,
+            self.revision,
+        )
+        return True
 
     def _pause(self, exc: Exception) -> None:
         """Wait before a resync, so that a server failing every stream at once is not hammered."""
@@ -234,13 +264,23 @@ class BucketStream:
                     member.feed.reconcile(snapshot, force_resync=True)
 
     def _stream(self) -> None:
+        self.member, self._created = self.gateway.members.preferred(), False
+        self._heard = time.monotonic()
+        self._on_stream()
         stream = self.gateway.watch(
-            self._session, self.key, self.range_end, self.revision + 1, self.read_timeout, self._opened
+            self._session, self.key, self.range_end, self.revision + 1, self.read_timeout, self._opened, self.member
         )
-        for raw in stream:
-            if self._stop.is_set():
-                return
-            self._handle(parse_watch_result(raw))
+        try:
+            for raw in stream:
+                self._heard = time.monotonic()
+                if self._stop.is_set():
+                    return
+                self._handle(parse_watch_result(raw))
+        except (AttributeError, ValueError) as exc:
+            # http.client reading a connection shut under it may fail so: a cut, when one was made
+            if self._stop.is_set() or (self.member is not None and self.gateway.members.is_aside(self.member)):
+                raise requests.ConnectionError(f"the stream's connection was cut ({exc!r})") from exc
+            raise
         if not self._stop.is_set():
             raise NeedsResync("the server ended the watch stream")
 
@@ -250,6 +290,7 @@ class BucketStream:
         if result.canceled:
             raise NeedsResync(result.cancel_reason or "the server cancelled the watch")
         if result.created:
+            self._created = True
             self._retry.reset()  # the server accepted the watch: a later failure starts the backoff again
             self.gateway.answered()
         with self._lock:  # the changes of one message (one revision, or a transaction) are handed out as one

@@ -45,12 +45,15 @@ from discovery_sync.errors import BackendUnavailable, DiscoveryError, Validation
 from discovery_sync.model import DiscoveryInstance, instance_from_json
 from discovery_sync.ndjson import split_lines
 
+from .deadlines import MIN_PATIENCE, Patience
+from .members import Members
+
 log = logging.getLogger("discovery_sync.backends.etcd")
 
 REQUEST_TIMEOUT = 10.0  # seconds a unary request may take in all (the request_timeout option's default)
 CONNECT_TIMEOUT = 3.05  # seconds connecting may take of it (and of opening a watch stream), at most
 #: seconds each endpoint is given at least by a call with a deadline, even when (nearly) none is left
-MIN_TRY = 0.1
+MIN_TRY = MIN_PATIENCE
 QUOTE_LIMIT = 200  # characters of a malformed reply quoted in an error message
 WATCH = "/v3/watch"
 
@@ -283,6 +286,22 @@ def _lease_grant_reply(value: Any, requested: int) -> tuple[int, int]:
     return lease_id, _int_field(reply, "TTL")
 
 
+_UINT64 = range(2**64)
+
+
+def _status_leader(value: Any) -> int:
+    """The member id of the leader in a status reply: a uint64 (as a decimal string); 0, which
+    etcd omits, while the member knows no leader."""
+    reply = _object(value)
+    _revision(reply)
+    leader = reply.get("leader", 0)
+    if isinstance(leader, str) and leader.isascii() and leader.isdigit() and len(leader) <= 20:
+        leader = int(leader)
+    if isinstance(leader, bool) or not isinstance(leader, int) or leader not in _UINT64:
+        raise _Malformed(f'"leader" is not a member id: {_quote(leader, 60)}')
+    return leader
+
+
 def _lease_keepalive_reply(value: Any) -> int:
     result = _object_field(_object(value), "result")
     _revision(result)
@@ -443,6 +462,9 @@ def _refusal(data: Any, text: str) -> str:
 
 
 class EtcdGateway:
+    """The calls the backend makes, each tried on the members in turn (:mod:`.members`), each attempt
+    bounded by the patience of its kind (:mod:`.deadlines`) and the whole by ``request_timeout``."""
+
     def __init__(
         self,
         endpoints: list[str],
@@ -452,23 +474,24 @@ class EtcdGateway:
         verify: str | bool = True,
         cert: tuple[str, str] | None = None,
         request_timeout: float = REQUEST_TIMEOUT,
+        patience: Patience | None = None,
     ) -> None:
-        """``request_timeout``: seconds each unary request may take in all, connecting included
-        (which may take ``CONNECT_TIMEOUT`` of it at most, as may opening a watch stream)."""
+        """``request_timeout``: seconds each unary request may take in all, every member tried and
+        connecting included (which may take ``CONNECT_TIMEOUT`` of it at most, as may opening a
+        watch stream); ``patience``: how long one member may take (default: that of a 10 s TTL)."""
         if not endpoints:
             raise BackendUnavailable("no etcd endpoints given")
         self.endpoints = [e.rstrip("/") for e in endpoints]
-        self._current = 0
+        self.members = Members(self.endpoints)
         self._credentials = (username, password) if username else None
         self._token: str | None = None
-        self._lock = threading.Lock()
         self.session = self._new_session(verify, cert)
         self._verify, self._cert = verify, cert
         self.request_timeout = request_timeout
         self.connect_timeout = min(CONNECT_TIMEOUT, request_timeout)
-        # requests hands a urllib3 Timeout to urllib3 as it is (its stubs do not say so): it bounds
-        # the whole request, which a (connect, read) pair cannot
-        self._timeout: Any = urllib3.Timeout(connect=self.connect_timeout, total=request_timeout)
+        self.patience = patience or Patience.for_ttl(10, request_timeout)
+        #: set by :meth:`interrupt`: every call but a ``final`` one refuses at once
+        self.closing = False
         #: a request failed as :class:`Unreachable` and none got an answer since (see :meth:`report_to`)
         self.failing = False
         self._on_failure: Callable[[str], None] = _ignore_failure
@@ -500,10 +523,15 @@ class EtcdGateway:
                     self.failing = False
                     self._on_answer()
 
-    @staticmethod
-    def _new_session(verify: str | bool, cert: tuple[str, str] | None) -> requests.Session:
+    def interrupt(self) -> None:
+        """The client shuts down: every request under way fails at once (its connection is cut)
+        and every later one but a ``final`` one refuses."""
+        self.closing = True
+        self.members.connections.cut()
+
+    def _new_session(self, verify: str | bool, cert: tuple[str, str] | None) -> requests.Session:
         session = requests.Session()
-        adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=16)
+        adapter = self.members.connections.adapter(pool_connections=4, pool_maxsize=16)
         session.mount("http://", adapter)
         session.mount("https://", adapter)
         session.verify = verify
@@ -527,44 +555,95 @@ class EtcdGateway:
         reply = self._post_raw(path, {"name": user, "password": password}, {}, deadline=deadline)
         self._token = _parsed(path, reply, _token_reply)
 
-    def _timeout_until(self, deadline: float | None, endpoints_left: int) -> Any:
-        """The urllib3 timeout of one request: ``request_timeout`` (of it, ``connect_timeout`` to
-        connect), cut to an equal share of the time left until ``deadline`` among the endpoints
-        left to try, but never below :data:`MIN_TRY`."""
-        if deadline is None:
-            return self._timeout
-        share = max((deadline - time.monotonic()) / endpoints_left, MIN_TRY)
-        total = min(self.request_timeout, share)
+    def _attempt_timeout(self, left: float, members_left: int, patience: float | None) -> Any:
+        """The urllib3 timeout of one attempt: ``patience`` (None: an equal share of the ``left``
+        seconds among the ``members_left``, as connecting asks), cut to the time left, at least
+        :data:`MIN_TRY`; of it, ``connect_timeout`` at most to connect."""
+        wanted = left / members_left if patience is None else patience
+        total = max(min(wanted, left, self.request_timeout), MIN_TRY)
         return urllib3.Timeout(connect=min(self.connect_timeout, total), total=total)
 
     def _post_raw(
-        self, path: str, body: dict[str, Any], headers: dict[str, str], *, deadline: float | None = None
+        self,
+        path: str,
+        body: dict[str, Any],
+        headers: dict[str, str],
+        *,
+        deadline: float | None = None,
+        patience: float | None = None,
+        on_overdue: Callable[[str, str], None] | None = None,
+        final: bool = False,
     ) -> Any:
-        """POST to each endpoint in turn (the last one that answered first) until one answers;
-        BackendUnavailable naming each endpoint and why it failed when none does. With a
-        ``deadline`` (see :meth:`_timeout_until`) the endpoints share the time left."""
-        errors = []
-        for attempt in range(len(self.endpoints)):
-            with self._lock:
-                endpoint = self.endpoints[(self._current + attempt) % len(self.endpoints)]
-            timeout = self._timeout_until(deadline, len(self.endpoints) - attempt)
-            try:
-                response = self.session.post(endpoint + path, json=body, headers=headers, timeout=timeout)
-            except requests.RequestException as exc:
-                errors.append(f"{endpoint}: {failure_cause(exc)}")
+        """POST to the members in turn until one answers (see the class docstring); an attempt
+        that fails sets its member aside (``on_overdue(member, cause)`` is told when it timed out)
+        and the next member is tried. Unreachable naming each member and why it failed when none
+        answers by ``deadline`` (a time of ``time.monotonic()``; default ``request_timeout`` from
+        now). Without a ``patience`` the members share the time left (connecting)."""
+        end = deadline if deadline is not None else time.monotonic() + self.request_timeout
+        if deadline is None and patience is None:
+            patience = self.patience.write
+        order = self.members.order()
+        errors: dict[str, str] = {}
+        for attempt, endpoint in enumerate(order):
+            if self.closing and not final:
+                raise BackendUnavailable("the client is shutting down")
+            timeout = self._attempt_timeout(end - time.monotonic(), len(order) - attempt, patience)
+            outcome = self._attempt(endpoint, path, body, headers, timeout, on_overdue, alone=len(order) == 1)
+            if isinstance(outcome, str):
+                errors[endpoint] = outcome
                 continue
-            with self._lock:
-                self._current = self.endpoints.index(endpoint)
-            if self.failing and response.status_code < 500:
+            self.members.answered(endpoint)
+            if self.failing and outcome.status_code < 500:
                 self.answered()
             try:
-                return self._decode(response, path)
+                return self._decode(outcome, path)
             except Unreachable as exc:
                 self.failed(str(exc))
                 raise
-        failure = Unreachable("cannot reach etcd at " + "; ".join(errors))
+        failure = Unreachable("cannot reach etcd at " + "; ".join(f"{e}: {errors[e]}" for e in self.endpoints))
         self.failed(str(failure))
         raise failure
+
+    def _attempt(
+        self,
+        endpoint: str,
+        path: str,
+        body: dict[str, Any],
+        headers: dict[str, str],
+        timeout: Any,
+        on_overdue: Callable[[str, str], None] | None,
+        *,
+        alone: bool,
+    ) -> requests.Response | str:
+        """One attempt on ``endpoint``: its response, or why it failed (its member then set aside).
+        An HTTP 5xx is a failure unless the member is the only one (``alone``)."""
+        try:
+            response = self.session.post(endpoint + path, json=body, headers=headers, timeout=timeout)
+        except requests.RequestException as exc:
+            cause = failure_cause(exc)
+            self._member_failed(endpoint, cause, _timed_out(exc), on_overdue)
+            return cause
+        except (AttributeError, ValueError):
+            # http.client reading a connection shut under it may fail so: a cut, when one was made
+            if not (self.closing or self.members.is_aside(endpoint)):
+                raise
+            return "connection cut (the member was set aside)"
+        if response.status_code >= 500 and not alone:
+            unserved = _unserved(response, path)
+            self._member_failed(endpoint, unserved, False, None)
+            return unserved
+        return response
+
+    def _member_failed(
+        self, endpoint: str, cause: str, timed_out: bool, on_overdue: Callable[[str, str], None] | None
+    ) -> None:
+        """An attempt on ``endpoint`` failed: set it aside (unless the client is closing, which cut
+        it), and tell ``on_overdue`` when it did not answer in time."""
+        if self.closing:
+            return
+        self.members.set_aside(endpoint, cause)
+        if timed_out and on_overdue is not None:
+            on_overdue(endpoint, cause)
 
     @staticmethod
     def _decode(response: requests.Response, path: str) -> Any:
@@ -586,27 +665,52 @@ class EtcdGateway:
             raise EtcdError(f"etcd refused {path}: {_refusal(data, response.text)}")
         return data
 
-    def post(self, path: str, body: dict[str, Any]) -> Any:
-        """The JSON reply to ``body`` (unchecked: read it with :func:`_parsed`)."""
+    def post(
+        self,
+        path: str,
+        body: dict[str, Any],
+        *,
+        patience: float | None = None,
+        deadline: float | None = None,
+        on_overdue: Callable[[str, str], None] | None = None,
+        final: bool = False,
+    ) -> Any:
+        """The JSON reply to ``body`` (unchecked: read it with :func:`_parsed`); see :meth:`_post_raw`."""
+        options: dict[str, Any] = {"patience": patience, "deadline": deadline, "on_overdue": on_overdue, "final": final}
         try:
-            return self._post_raw(path, body, self.headers())
+            return self._post_raw(path, body, self.headers(), **options)
         except EtcdError as exc:
             if self._credentials and "token" in str(exc).lower():
                 self._token = None  # expired or invalid token: authenticate again once
-                return self._post_raw(path, body, self.headers())
+                return self._post_raw(path, body, self.headers(), **options)
             raise
 
-    def _call(self, path: str, body: dict[str, Any], parse: Callable[[Any], T]) -> T:
-        """POST ``body`` to ``path`` and read the reply with ``parse``; malformed → BackendUnavailable."""
-        return _parsed(path, self.post(path, body), parse)
+    def _call(self, path: str, body: dict[str, Any], parse: Callable[[Any], T], **options: Any) -> T:
+        """POST ``body`` to ``path`` and read the reply with ``parse``; malformed → BackendUnavailable.
+        ``options``: those of :meth:`post` (default: a write's patience)."""
+        return _parsed(path, self.post(path, body, **options), parse)
 
     # -- calls ------------------------------------------------------------------------------------
     def server_status(self, deadline: float | None = None) -> int:
         """Ask the server how it is (``/v3/maintenance/status``, which needs no permission): the store
         revision. With a ``deadline`` (a time of ``time.monotonic()``), logging in and asking end
-        by then (each endpoint gets at least :data:`MIN_TRY` seconds)."""
+        by then, the members sharing the time left (each at least :data:`MIN_TRY` seconds)."""
         path = "/v3/maintenance/status"
         return _parsed(path, self._post_raw(path, {}, self.headers(deadline), deadline=deadline), _header_reply)
+
+    def member_leader(self, member: str, timeout: float) -> int:
+        """Ask ``member`` alone for its status within ``timeout`` seconds: the id of the leader it
+        follows, 0 when it knows none. Unreachable when it does not answer (or answers 5xx)."""
+        path = "/v3/maintenance/status"
+        try:
+            response = self.session.post(member + path, json={}, headers=self.headers(), timeout=timeout)
+        except requests.RequestException as exc:
+            raise Unreachable(f"{member}: {failure_cause(exc)}") from None
+        if response.status_code >= 500:
+            raise Unreachable(f"{member}: {_unserved(response, path)}")
+        self.members.answered(member)
+        self.answered()
+        return _parsed(path, self._decode(response, path), _status_leader)
 
     def range(self, key: bytes, range_end: bytes | None = None, *, limit: int = 0) -> tuple[list[KeyValue], int]:
         body: dict[str, Any] = {"key": b64(key)}
@@ -614,7 +718,7 @@ class EtcdGateway:
             body["range_end"] = b64(range_end)
         if limit:
             body["limit"] = limit
-        return self._call("/v3/kv/range", body, _range_reply)
+        return self._call("/v3/kv/range", body, _range_reply, patience=self.patience.read)
 
     def put(self, key: bytes, value: bytes, lease: int = 0) -> int:
         body: dict[str, Any] = {"key": b64(key), "value": b64(value)}
@@ -644,12 +748,50 @@ class EtcdGateway:
             body["ID"] = str(lease_id)
         return self._call("/v3/lease/grant", body, partial(_lease_grant_reply, requested=lease_id))
 
-    def lease_keepalive(self, lease_id: int) -> int:
-        """The lease's remaining TTL; 0 when the lease has expired."""
-        return self._call("/v3/lease/keepalive", {"ID": str(lease_id)}, _lease_keepalive_reply)
+    def lease_keepalive(
+        self,
+        lease_id: int,
+        *,
+        deadline: float | None = None,
+        on_overdue: Callable[[str, str], None] | None = None,
+    ) -> int:
+        """The lease's remaining TTL; 0 when the lease has expired. Each member gets the
+        keep-alive's patience; ``on_overdue(member, cause)`` is told of each that did not answer
+        in time, before the next is tried; ``deadline`` (a time of ``time.monotonic()``) ends the
+        tries."""
+        return self._call(
+            "/v3/lease/keepalive",
+            {"ID": str(lease_id)},
+            _lease_keepalive_reply,
+            patience=self.patience.keepalive,
+            deadline=deadline,
+            on_overdue=on_overdue,
+        )
 
-    def lease_revoke(self, lease_id: int) -> None:
-        self._call("/v3/lease/revoke", {"ID": str(lease_id)}, _header_reply)
+    def confirm_quorum(
+        self,
+        key: bytes,
+        range_end: bytes,
+        *,
+        deadline: float | None = None,
+        on_overdue: Callable[[str, str], None] | None = None,
+    ) -> None:
+        """A linearizable read of one key name in [key, range_end) (no value), with the keep-alive's
+        patience: a member answers it only once the leader has heard from a quorum, so a leader
+        cut off from the others, which may still renew leases for a second or two, is caught."""
+        body = {"key": b64(key), "range_end": b64(range_end), "limit": 1, "keys_only": True}
+        self._call(
+            "/v3/kv/range",
+            body,
+            _header_reply,
+            patience=self.patience.keepalive,
+            deadline=deadline,
+            on_overdue=on_overdue,
+        )
+
+    def lease_revoke(self, lease_id: int, *, deadline: float | None = None) -> None:
+        """Revoke the lease (etcd deletes every key attached to it); also while :attr:`closing`."""
+        self._call("/v3/lease/revoke", {"ID": str(lease_id)}, _header_reply, deadline=deadline, final=True)
 
     def watch(
         self,
@@ -659,11 +801,12 @@ class EtcdGateway:
         start_revision: int,
         read_timeout: float,
         opened: Callable[[requests.Response], None] = lambda response: None,
+        member: str | None = None,
     ) -> Iterator[dict[str, Any]]:
         """Yield the ``result`` objects (checked with :func:`parse_watch_result`) of a watch stream
-        until it ends or fails: BackendUnavailable for an error or a malformed message,
-        ``requests.ReadTimeout`` when nothing arrived for ``read_timeout`` seconds, another
-        ``requests.RequestException`` when the connection failed.
+        on ``member`` (default: the preferred one) until it ends or fails: BackendUnavailable for
+        an error or a malformed message, ``requests.ReadTimeout`` when nothing arrived for
+        ``read_timeout`` seconds, another ``requests.RequestException`` when the connection failed.
 
         ``opened`` receives the streaming response, so another thread can abort it with
         :func:`abort_stream`."""
@@ -676,10 +819,10 @@ class EtcdGateway:
                 "progress_notify": True,
             }
         }
-        with self._lock:
-            endpoint = self.endpoints[self._current]
+        if self.closing:
+            raise BackendUnavailable("the client is shutting down")
         response = session.post(
-            endpoint + WATCH,
+            (member or self.members.preferred()) + WATCH,
             json=body,
             headers=self.headers(),
             stream=True,
@@ -693,6 +836,26 @@ class EtcdGateway:
             yield from _watch_messages(split_lines(_chunks(response), f"etcd on {WATCH}"))
         finally:
             response.close()
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """Whether a request failed because the member did not answer in time (not a refusal, which
+    urllib3 makes a kind of connect timeout)."""
+    for cause in _causes(exc):
+        if isinstance(cause, urllib3.exceptions.NewConnectionError):
+            return False
+        if isinstance(cause, requests.Timeout | urllib3.exceptions.TimeoutError):
+            return True
+    return False
+
+
+def _unserved(response: requests.Response, path: str) -> str:
+    """The words of an HTTP 5xx reply (no leader, overloaded, shutting down)."""
+    try:
+        data: Any = response.json()
+    except (ValueError, RecursionError):
+        data = None
+    return f"etcd could not serve {path} (HTTP {response.status_code}): {_refusal(data, response.text)}"
 
 
 def _chunks(response: requests.Response) -> Iterator[bytes]:

@@ -114,17 +114,38 @@ def _keys_of_lease(etcd: EtcdServer, prefix: str, lease_id: int) -> set[str]:
     return {base64.b64decode(kv["key"]).decode() for kv in kvs if int(kv.get("lease", 0)) == lease_id}
 
 
-def test_etcd_stopped_and_started_with_the_lease_alive_is_suspended_then_reconnected(etcd, prefix):
-    client = ds.connect(_url(etcd.client_port, prefix))
+def test_etcd_out_of_reach_for_less_than_the_ttl_is_suspended_then_reconnected_with_nothing_lost(etcd, prefix, proxy):
+    client = ds.connect(_url(proxy.port, prefix))
     changes = Changes(client)
     endpoint = client.register(endpoint_spec())
-    etcd.stop()  # the keep-alive fails within a third of the TTL
+    proxy.cut()  # the keep-alive fails within a third of the TTL
     suspended = changes.next(SUSPENDED, CONNECTED)
     assert "etcd" in suspended.reason
-    etcd.start()  # a restarted etcd extends every lease: this one survived
+    proxy.restore()  # the next keep-alive, within a second, comes before the TTL has passed
     reconnected = changes.next(RECONNECTED, SUSPENDED)
     assert reconnected.rewritten == ()
     assert client.status()["lease_losses"] == 0
+    assert client.list(ds.Query.endpoints()) == [endpoint]
+    changes.shut_down()
+
+
+def test_etcd_stopped_for_longer_than_the_ttl_is_lost_as_the_client_judges_then_every_record_written_again(
+    etcd, prefix
+):
+    client = ds.connect(_url(etcd.client_port, prefix))
+    changes = Changes(client)
+    endpoint = client.register(endpoint_spec())
+    lease_id = client.instance_id
+    etcd.stop()
+    changes.next(SUSPENDED, CONNECTED)
+    # etcd says nothing: the client judges its lease lost once the TTL has passed since the last
+    # keep-alive etcd acknowledged
+    lost = changes.next(LOST, SUSPENDED)
+    assert "acknowledged" in lost.reason and f"{TTL} s TTL" in lost.reason
+    etcd.start()  # a restarted etcd extends every lease: this one survived, but the client cannot know
+    reconnected = changes.next(RECONNECTED, LOST)
+    assert reconnected.rewritten == (client.keys.key(endpoint.id()).decode(),)
+    assert (client.instance_id, client.status()["lease_losses"]) == (lease_id, 1)
     assert client.list(ds.Query.endpoints()) == [endpoint]
     changes.shut_down()
 

@@ -284,14 +284,14 @@ def test_every_mutation_of_a_watch_message_is_read_or_refused_with_a_discovery_e
 def test_a_token_that_is_not_a_string_is_malformed(monkeypatch):
     gateway = EtcdGateway(["http://127.0.0.1:9"], username="root", password="secret")
     for reply in ({"header": HEADER, "token": 7}, {"header": HEADER}, None, []):
-        monkeypatch.setattr(gateway, "_post_raw", lambda path, body, headers, deadline=None, reply=reply: reply)
+        monkeypatch.setattr(gateway, "_post_raw", lambda path, body, headers, reply=reply, **options: reply)
         with pytest.raises(ds.BackendUnavailable, match="/v3/auth/authenticate"):
             gateway.headers()
 
 
 def replying(gateway: EtcdGateway, reply: Any) -> EtcdGateway:
     """``gateway`` (a throwaway one) with every POST answered by ``reply``."""
-    gateway.post = lambda path, body: reply
+    gateway.post = lambda path, body, **options: reply
     return gateway
 
 
@@ -385,11 +385,11 @@ def test_the_keep_alive_outlives_an_unexpected_exception(direct_url, monkeypatch
         failures = iter([RuntimeError("injected"), KeyError("injected")])
         keepalive = client.gateway.lease_keepalive
 
-        def flaky(lease_id: int) -> int:
+        def flaky(lease_id: int, **options: Any) -> int:
             failure = next(failures, None)
             if failure is not None:
                 raise failure
-            return keepalive(lease_id)
+            return keepalive(lease_id, **options)
 
         monkeypatch.setattr(client.gateway, "lease_keepalive", flaky)
         wait_until(lambda: not client.status()["connected"], "the injected error is seen", timeout=WAIT)
