@@ -9,10 +9,8 @@ end within 5 s, never within a tighter margin.
 from __future__ import annotations
 
 import math
-import socket
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -32,15 +30,6 @@ ADVICE = "start etcd or check the address, or pass connect_timeout=none to wait 
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     monkeypatch.delenv(CONNECT_TIMEOUT_VARIABLE, raising=False)
     return monkeypatch
-
-
-@pytest.fixture
-def silent_port() -> Iterator[int]:
-    """A loopback port that accepts connections (the kernel's backlog) and never answers."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(8)
-        yield sock.getsockname()[1]
 
 
 def repr_short(value: object) -> str:

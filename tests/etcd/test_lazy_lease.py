@@ -12,7 +12,6 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -62,15 +61,6 @@ def leases(etcd_server):
 def closed_port() -> int:
     """A loopback port nobody listens on (bound, read, closed)."""
     return free_port()
-
-
-@pytest.fixture
-def silent_port() -> Iterator[int]:
-    """A loopback port that accepts connections (the kernel's backlog) and never answers."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(8)
-        yield sock.getsockname()[1]
 
 
 # -- no lease until one is needed -------------------------------------------------------------------
