@@ -5,7 +5,8 @@ ValidationError naming the option): ``ttl`` (lease seconds, default 10), ``conne
 (seconds connecting keeps trying to reach etcd in all, every endpoint and retry included,
 default 10 as etcd clients dial; ``none``/None: without limit; see
 :func:`discovery_sync.options.connect_timeout`), ``request_timeout``
-(seconds each request may take in all, at least 0.1, default 10), ``watch_read_timeout``
+(seconds each request may take in all, every member tried, at least 0.1, default 10; one member
+is given a patience derived from the TTL, see :mod:`.deadlines`), ``watch_read_timeout``
 (seconds a watch stream may stay quiet, at least 1, default 60), ``read_only`` (true: never
 write and never grant a lease; the instance id is then a random 63-bit number naming no
 lease), ``prefix``, ``username``, ``password``.

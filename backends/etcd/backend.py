@@ -70,14 +70,20 @@ class EtcdDiscovery(Discovery):
     63-bit number that names no lease (no record carries it), and every write raises
     ValidationError.
 
-    Connection state (:attr:`state`): a request or watch stream that fails because etcd cannot
-    be reached or cannot serve it (refused, timed out, reset, HTTP 5xx; not a refusal, nor a
-    malformed reply) makes the client SUSPENDED, as does a keep-alive that fails whatever the
-    cause. A client without a lease is connected again (RECONNECTED, nothing rewritten) by the
-    next request or stream etcd answers; a client with one by its keep-alive, woken by that
-    answer: RECONNECTED when the lease survived, else LOST (etcd removed the records with the
-    lease), then RECONNECTED naming the keys written again once the lease is granted again and
-    every record is back. Compaction changes nothing (the watches resynchronise).
+    Members: the client talks to the member that answered last; a member that does not answer
+    within a patience derived from the TTL (:mod:`.deadlines`: a keep-alive min(TTL/3, 1 s)),
+    refuses or answers 5xx is set aside for a while and the request goes on to the next at once,
+    and every request hung on a member set aside is cut and moves on too (:mod:`.members`). Watch
+    streams on a member gone silent move to another (:mod:`.silence`).
+
+    Connection state (:attr:`state`, see :mod:`.liveness`): SUSPENDED as soon as a keep-alive is
+    overdue, or when no member answers a request or a watch stream; LOST once the TTL has passed
+    since the last keep-alive etcd acknowledged (judged by the client, even while etcd says
+    nothing) or when etcd says the lease is gone; RECONNECTED once the lease is renewed, or after
+    LOST once it is held again and every record written back (naming their keys). A client
+    without a lease is RECONNECTED by the next answer. Compaction changes nothing (the watches
+    resynchronise). ``shutdown()`` returns within 1.5 s whatever etcd does (the records expire
+    with the lease when it cannot be revoked).
 
     :param endpoints: ``http(s)://host:port`` URLs, tried in order with fail-over.
     :param prefix: a root key prefix (default none: the reference's keys exactly).
@@ -85,9 +91,10 @@ class EtcdDiscovery(Discovery):
     :param connect_timeout: seconds connecting keeps trying to reach etcd (default 10, as etcd
         clients dial); None: without limit (a worker that starts before its etcd).
     :param watch_read_timeout: seconds a watch stream may stay quiet before it is re-opened.
-    :param request_timeout: seconds each request to etcd may take in all (at least 0.1, default
-        10), connecting included, which may take 3.05 s of it at most; it also bounds connecting
-        a watch stream (whose reads wait up to ``watch_read_timeout``).
+    :param request_timeout: seconds each request to etcd may take in all, every member tried
+        (at least 0.1, default 10), connecting included, which may take 3.05 s of it at most; it
+        also caps each member's patience and bounds connecting a watch stream (whose reads wait
+        up to ``watch_read_timeout``).
     :param read_only: never write (see above).
     """
 
