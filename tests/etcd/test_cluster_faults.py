@@ -367,7 +367,6 @@ def test_a_hung_member_that_every_writer_talks_to_first_costs_no_live_writer_a_r
     assert not problems, "\n".join(problems)
 
 
-@pytest.mark.slow
 def test_a_readers_watch_on_a_hung_member_moves_and_a_change_made_meanwhile_reaches_it_once(rig):
     """A reader talks first to a follower, which hangs; a writer talking to a healthy member
     registers a record right after: it reaches the reader within 3 s of register() returning. A
@@ -447,8 +446,9 @@ def test_a_killed_member_costs_no_writer_a_record_and_rejoins_when_restarted(rig
     cluster.wait_healthy(members=[victim])
     alone = rig.connect_only(victim, read_only=True)
     rejoined = {endpoint.id() for endpoint in alone.list(ds.Query.endpoints())}
-    other = cluster.leader()
-    cluster.kill(other)  # the restarted member must now help elect a leader and make the quorum
+    leader = cluster.leader()
+    other = leader if leader != victim else cluster.follower(besides=victim)
+    cluster.kill(other)  # the restarted member must now make the quorum (and help elect a leader)
     cluster.wait_healthy(members=[i for i in range(3) if i != other])
     writer, _ = writers[10]
     marker = writer.register(endpoint_spec(component="marker"))
@@ -564,7 +564,6 @@ def test_shutdown_returns_within_a_second_and_a_half_when_the_member_the_clients
     assert not problems, "\n".join(problems)
 
 
-@pytest.mark.slow
 def test_a_register_in_flight_on_a_hung_member_moves_on_and_the_lease_outlives_the_hang(rig):
     """The member a writer (TTL 5, with its records) talks to first hangs, and a register() is
     called at once: it completes within TTL/3 + 1 s (on another member), and the keep-alive does
