@@ -6,8 +6,9 @@ import logging
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from discovery_sync.discovery import Discovery
 from discovery_sync.errors import BackendUnavailable, DiscoveryError
@@ -25,7 +26,7 @@ from .liveness import LeaseKeeper, Prepare
 from .options import OPTIONS
 from .silence import SilenceWatch
 from .watcher import BucketStream, StreamEnded
-from .wire import REQUEST_TIMEOUT, EtcdGateway, parse_value
+from .wire import REQUEST_TIMEOUT, EtcdError, EtcdGateway, parse_value
 
 log = logging.getLogger("discovery_sync.backends.etcd")
 
@@ -34,6 +35,10 @@ log = logging.getLogger("discovery_sync.backends.etcd")
 CONNECT_BACKOFF = (0.5, 5.0)
 #: seconds shutdown() gives the revocation of the lease, every member included
 REVOKE_TIMEOUT = 1.0
+#: etcd's refusal of a write attached to a lease it does not hold
+LEASE_NOT_FOUND = "requested lease not found"
+
+T = TypeVar("T")
 
 
 def unreachable(failure: BackendUnavailable, elapsed: float, timeout: float | None) -> str:
@@ -229,15 +234,27 @@ class EtcdDiscovery(Discovery):
         return parse_value(kvs[0]) if kvs else None
 
     def _create(self, instance: DiscoveryInstance) -> DiscoveryInstance | None:
-        created, existing = self.gateway.create(
-            self.keys.key(instance.id()), instance_to_json(instance), self._leased().lease_id
-        )
+        key, value = self.keys.key(instance.id()), instance_to_json(instance)
+        created, existing = self._with_lease(lambda lease_id: self.gateway.create(key, value, lease_id))
         if created:
             return None
         return parse_value(existing) if existing is not None else None
 
     def _replace(self, instance: DiscoveryInstance) -> None:
-        self.gateway.put(self.keys.key(instance.id()), instance_to_json(instance), self._leased().lease_id)
+        key, value = self.keys.key(instance.id()), instance_to_json(instance)
+        self._with_lease(lambda lease_id: self.gateway.put(key, value, lease_id))
+
+    def _with_lease(self, write: Callable[[int], T]) -> T:
+        """``write(lease_id)``; when etcd refuses it for want of the lease (lost before the
+        keep-alive noticed), the lease is granted again at once and the write made once more."""
+        lease = self._leased()
+        try:
+            return write(lease.lease_id)
+        except EtcdError as exc:
+            if LEASE_NOT_FOUND not in str(exc):
+                raise
+            lease.refused_for_want_of_lease(str(exc))
+            return write(lease.lease_id)
 
     def _delete(self, instance_id: DiscoveryInstanceId) -> None:
         self.gateway.delete(self.keys.key(instance_id))

@@ -35,7 +35,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 from discovery_sync.connection import ConnectionStates
@@ -86,6 +85,8 @@ class LeaseKeeper:
         self.last_keepalive = time.monotonic()
         self.connected = True
         self._rewrite_pending = False  # the lease was lost and the records are not all written back yet
+        self._loss_lock = threading.Lock()  # the keep-alive and a write refused for want of the lease both judge
+        self._grant_lock = threading.Lock()  # one grant again at a time
         self.interval = max(ttl / 3, 0.5)
         self._thread = PeriodicThread(
             "discovery-sync-etcd-keepalive",
@@ -122,13 +123,13 @@ class LeaseKeeper:
             # quorum answers
             self.gateway.confirm_quorum(*self._quorum_range, deadline=deadline, on_overdue=self._overdue)
             self.expires_at = sent + remaining
-        elif not self._rewrite_pending:
+        else:
             self._lost(
                 f"etcd lease {self.lease_id:x} expired or was revoked (etcd unusable for longer than its "
                 f"{self.ttl} s TTL, or the lease revoked): etcd removed this client's records with it"
             )
         if self._rewrite_pending:
-            rewritten = self._rewrite(partial(self._grant_again, remaining <= 0))
+            rewritten = self._rewrite(self.ensure_granted)
             self._rewrite_pending = False
             self._connection.reconnect(
                 f"etcd lease {self.lease_id:x} is held again and this client's {len(rewritten)} "
@@ -152,12 +153,23 @@ class LeaseKeeper:
             return tries
         return min(tries, max(self.expires_at, sent + patience))
 
-    def _grant_again(self, needed: bool) -> None:
-        """Grant the lease again under its id when etcd dropped it (``needed``)."""
-        if needed:
+    def ensure_granted(self) -> None:
+        """Make sure etcd holds the lease: grant it again under its id when a keep-alive finds it
+        gone (the keep-alive's rewrite, or a write etcd refused for want of it). Idempotent."""
+        with self._grant_lock:
             sent = time.monotonic()
-            _, granted = self.gateway.lease_grant(self.ttl, self.lease_id)
-            self.expires_at = sent + (granted or self.ttl)
+            remaining = self.gateway.lease_keepalive(self.lease_id)
+            if remaining <= 0:
+                _, remaining = self.gateway.lease_grant(self.ttl, self.lease_id)
+            self.expires_at = sent + (remaining or self.ttl)
+
+    def refused_for_want_of_lease(self, refusal: str) -> None:
+        """A write was refused because etcd holds no such lease (it expired or was revoked before
+        the keep-alive noticed): LOST, the lease granted again at once (so that the write can be
+        retried), and the keep-alive woken to write every record again."""
+        self._lost(f"etcd refused a write of this client ({refusal}): lease {self.lease_id:x} is gone")
+        self.ensure_granted()
+        self.check_now()
 
     def _overdue(self, member: str, cause: str) -> None:
         """A keep-alive got no answer in time from ``member`` (set aside; the next is asked now)."""
@@ -167,8 +179,12 @@ class LeaseKeeper:
         )
 
     def _lost(self, reason: str) -> None:
-        self._rewrite_pending = True
-        self.losses += 1
+        """LOST, once until the records are all back."""
+        with self._loss_lock:
+            if self._rewrite_pending:
+                return
+            self._rewrite_pending = True
+            self.losses += 1
         log.warning("%s; this client's records will be written again once etcd renews or grants the lease", reason)
         self._connection.lose(reason)
 
@@ -188,7 +204,7 @@ class LeaseKeeper:
         acknowledged keep-alive); only KeyboardInterrupt and the like end the thread."""
         self.connected = False
         self._connection.suspend(f"the keep-alive of etcd lease {self.lease_id:x} failed: {exc}")
-        if not self._rewrite_pending and time.monotonic() >= self.expires_at:
+        if time.monotonic() >= self.expires_at:
             silent = round(time.monotonic() - self.last_keepalive, 1)
             self._lost(
                 f"no keep-alive of etcd lease {self.lease_id:x} was acknowledged for {silent:g} s, past its "

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import requests
 
 import discovery_sync as ds
 from testrigs.etcd_cluster import EtcdCluster
@@ -597,4 +598,49 @@ def test_a_register_in_flight_on_a_hung_member_moves_on_and_the_lease_outlives_t
     if (report := loss_report(reader, ids, stopped)) is not None:
         problems.append(report)
     problems += kept_lease_report("the writer", changes, ttl, stopped, resumed, hung=False)
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.slow
+def test_after_lost_the_records_are_written_back_without_waiting_behind_a_register_hung_on_a_member(rig):
+    """The member a writer (TTL 5) talks to first hangs while a register() of the writer is on its
+    way to it, and the writer's lease is revoked by someone else at that moment (as an operator, or
+    a stale leader, may): the writer is LOST once, then RECONNECTED with every record written back
+    within TTL/3 + 1 s, without waiting for the hung register() to time out; the lease granted
+    again is kept through the rest of the hang (no second LOST), and the register() completes."""
+    cluster = rig.cluster
+    ttl = TTLS[0]
+    victim = cluster.follower()
+    healthy = cluster.leader()
+    writer, records = rig.writer(victim, ttl)
+    changes = Changes(writer)
+    lease_id = writer.instance_id
+    reader = Recorded(rig.connect(healthy, read_only=True), f"reader first on m{healthy}")
+
+    rig.hang(victim)
+    register = Timed("register", lambda: writer.register(endpoint_spec(endpoint="in-flight")))
+    threading.Event().wait(0.2)  # the register() is waiting on the hung member
+    revoke = requests.post(f"{cluster.members[healthy].url}/v3/lease/revoke", json={"ID": str(lease_id)}, timeout=5)
+    revoke.raise_for_status()
+    revoked = time.monotonic()
+    lost = changes.wait_for(LOST, WAIT)
+    reconnected = changes.wait_for(RECONNECTED, WAIT)
+    hold(revoked + ttl + 2)  # the re-granted lease must outlive the rest of the hang
+    cluster.resume(victim)
+    register.join(WAIT)
+
+    problems = []
+    story = f"the writer: {changes.story(revoked)}"
+    if lost is None or reconnected is None:
+        problems.append(f"{story}: not LOST then RECONNECTED")
+    elif reconnected - revoked > suspend_bound(ttl) + SLACK:
+        problems.append(f"{story}: RECONNECTED over TTL/3 + 1 s = {suspend_bound(ttl):.2f} s after the revoke")
+    if sum(1 for _, c in changes.all() if c.state is LOST) != 1:
+        problems.append(f"{story}: LOST more than once (the lease granted again expired)")
+    if isinstance(register.outcome, BaseException) or register.ended is None:
+        problems.append(f"register() did not complete ({register.took()}): {register.outcome!r}")
+    expected = {r.id() for r in records} | (
+        {register.outcome.id()} if isinstance(register.outcome, ds.Endpoint) else set()
+    )
+    wait_until(lambda: reader.state() == expected, "the reader sees every record", timeout=WAIT)
     assert not problems, "\n".join(problems)
