@@ -118,7 +118,8 @@ class Entry:
     expired: bool = False  # judged dead but still there (it could not be deleted): Removed was published
     ctime_ns: int = 0  # a file written again on a freed inode, size and mtime set back, has another ctime
     unverified: bool = False  # the mtime moved since the content was last read (a shallow scan saw it)
-    beat_ns: int = 0  # the shortest step seen between two of its mtimes: its writer's heartbeat (0: none yet)
+    beat_ns: int = 0  # the shortest confirmed step between two of its mtimes: its writer's heartbeat (0: none yet)
+    step_ns: int = 0  # the last step seen, which the next one must confirm (:meth:`BucketView._moved`)
     slack: float = 0.0  # seconds it may stand still beyond dead_after (a writer that beats slower)
 
     @property
@@ -397,7 +398,7 @@ class BucketView:
         content = digest(raw)
         if entry is not None and content == entry.content:
             if entry.mtime_ns != st.st_mtime_ns:
-                self._seen_alive(entry, now, out, st)
+                self._seen_alive(entry, now, out, st, new_file=entry.ino != st.st_ino)
             entry.ino, entry.size, entry.ctime_ns, entry.unverified = st.st_ino, st.st_size, st.st_ctime_ns, False
             return
         if gate is not None and not gate(name, content):
@@ -488,17 +489,19 @@ class BucketView:
         st: os.stat_result | None = None,
         *,
         alive_since: float | None = None,
+        new_file: bool = False,
     ) -> None:
         """The one place that decides "alive again": ``entry``'s file was known alive at
         ``seen_at`` (its mtime moved: ``st`` is its new stat, when it was seen). If that is within
         ``dead_after`` of now (``alive_since``: now less ``dead_after``, when the caller read the
         clock already), an entry dead by the clock is alive again (a change) and an expired one
-        is Added again: its mtime moves after all."""
+        is Added again: its mtime moves after all. ``new_file``: the same bytes were written to a
+        new file (a successor's takeover, another writer): no evidence of its heartbeat yet."""
         if alive_since is None:
             alive_since = self._clock.monotonic() - self.dead_after
         was_dead = entry.due < alive_since
         if st is not None:
-            self._moved(entry, st.st_mtime_ns)
+            self._moved(entry, st.st_mtime_ns, new_file=new_file)
             entry.mtime_ns, entry.ctime_ns = st.st_mtime_ns, st.st_ctime_ns
         if seen_at + entry.slack >= alive_since:
             if was_dead:
@@ -647,14 +650,32 @@ class BucketView:
         """An entry whose ``due`` is older than this is dead (none while the view is blind)."""
         return now - self.dead_after if self._blind is None else float("-inf")
 
-    def _moved(self, entry: Entry, mtime_ns: int) -> None:
-        """``entry``'s mtime is now ``mtime_ns``: the step is evidence of its writer's heartbeat."""
+    def _moved(self, entry: Entry, mtime_ns: int, *, new_file: bool = False) -> None:
+        """``entry``'s mtime is now ``mtime_ns``: the step may be evidence of its writer's heartbeat.
+
+        Evidence can only make a reader less patient, so it must never lie (docs/design.md §6,
+        "Mixed TTLs"): a step counts only once the next step confirms it (within a quarter),
+        so a stray ``touch`` between two beats, or a writer's clock stepped back, gives one short
+        step that the next, full one contradicts; and a file written anew under the name
+        (``new_file``: a takeover by a successor, another writer) starts without evidence, since
+        the step from its predecessor's last beat says nothing of its own heartbeat."""
         step = mtime_ns - entry.mtime_ns
         if step:
             self.moved_at = self._clock.monotonic()
-        if self._patience is not None and step > 0 and (entry.beat_ns == 0 or step < entry.beat_ns):
-            entry.beat_ns = step
-            entry.slack = self._patience.slack(step)
+        if self._patience is None:
+            return
+        if new_file:
+            entry.beat_ns, entry.step_ns, entry.slack = 0, 0, self._new_slack
+            return
+        if step <= 0:
+            return
+        previous, entry.step_ns = entry.step_ns, step
+        if not previous or abs(previous - step) * 4 > max(previous, step):
+            return
+        beat = max(previous, step)
+        if entry.beat_ns == 0 or beat < entry.beat_ns:
+            entry.beat_ns = beat
+            entry.slack = self._patience.slack(beat)
 
     @property
     def blind(self) -> str | None:

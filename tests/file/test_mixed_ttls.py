@@ -74,8 +74,10 @@ class Writer:
         self.mtime_ns = 1_700_000_000 * NS
         os.utime(self.path, ns=(self.mtime_ns, self.mtime_ns))
 
-    def beat(self) -> None:
-        self.clock.now += self.step
+    def beat(self, *, wait: bool = True) -> None:
+        """One heartbeat, a step after the last (``wait``: the clock moves on by the step first)."""
+        if wait:
+            self.clock.now += self.step
         self.mtime_ns += round(self.step * NS)
         os.utime(self.path, ns=(self.mtime_ns, self.mtime_ns))
 
@@ -137,7 +139,7 @@ def test_a_writer_that_stops_is_judged_dead_after_what_its_heartbeat_asked(store
     assert [name for name, _ in view.dead(frozenset())] == [slow.path.name]
 
 
-def test_a_fast_writer_is_judged_dead_after_the_readers_ttl_once_a_step_was_seen(store, bucket, clock):
+def test_a_fast_writer_is_judged_dead_after_the_readers_ttl_once_two_steps_agree(store, bucket, clock):
     view = reader(bucket, clock, 1.0)
     fast = Writer(store, clock, 1, "fast", 2)
     view.refresh()
@@ -145,6 +147,10 @@ def test_a_fast_writer_is_judged_dead_after_the_readers_ttl_once_a_step_was_seen
     assert alive(view)
     fast.beat()
     view.refresh()
+    clock.now += 5.0  # one step alone is no evidence: still 10 s
+    assert alive(view)
+    fast.beat()
+    view.refresh()  # the second step confirms the first: the writer beats every 0.33 s
     clock.now += 0.9
     assert alive(view)
     clock.now += 0.2
@@ -200,3 +206,86 @@ def test_a_scan_that_stalls_restarts_every_clock(store, bucket, clock, monkeypat
     assert alive(view)
     clock.now += 0.2
     assert not view.valid()
+
+
+def scanned_alive(view: RecordingView, clock: Clock, seconds: float) -> None:
+    """Let ``seconds`` pass, scanning every 0.2 s as a reader with TTL 1 rescans: alive at each scan."""
+    for _ in range(round(seconds / 0.2)):
+        clock.now += 0.2
+        view.refresh()
+        assert alive(view), clock.now
+
+
+def set_mtime(path: Path, mtime_ns: int) -> None:
+    os.utime(path, ns=(mtime_ns, mtime_ns))
+
+
+def test_a_stray_touch_between_two_beats_never_shortens_a_readers_patience(store, bucket, clock):
+    """An operator's or a backup tool's ``touch`` 0.6 s after a beat of a TTL-10 writer: one short
+    step, which the writer's next beat (2.7 s later) contradicts."""
+    events: list = []
+    view = reader(bucket, clock, 1.0, events)
+    writer = Writer(store, clock, 10)
+    view.refresh()
+    for _ in range(3):
+        writer.beat()
+        view.refresh()
+    for _ in range(3):
+        scanned_alive(view, clock, 0.6)
+        set_mtime(writer.path, writer.mtime_ns + round(0.6 * NS))  # the stray touch
+        view.refresh()
+        scanned_alive(view, clock, writer.step - 0.6 - 0.2)
+        clock.now += 0.2
+        writer.beat(wait=False)
+        view.refresh()
+    for _ in range(3):  # the writer beats on, undisturbed
+        scanned_alive(view, clock, writer.step - 0.2)
+        clock.now += 0.2
+        writer.beat(wait=False)
+        view.refresh()
+    assert events == [ds.Added(writer.record)]
+
+
+def test_a_writer_whose_clock_steps_back_is_never_judged_dead(store, bucket, clock):
+    """NTP steps a TTL-10 writer's wall clock back 3 s: its next mtime is 0.33 s after the last
+    one, the one after that a full 3.33 s step."""
+    events: list = []
+    view = reader(bucket, clock, 1.0, events)
+    writer = Writer(store, clock, 10)
+    view.refresh()
+    for _ in range(3):
+        writer.beat()
+        view.refresh()
+    writer.mtime_ns -= 3 * NS  # the step back, seen at the next beat
+    for _ in range(4):
+        scanned_alive(view, clock, writer.step - 0.2)
+        clock.now += 0.2
+        writer.beat(wait=False)
+        view.refresh()
+    assert events == [ds.Added(writer.record)]
+
+
+def test_a_successors_takeover_with_the_same_bytes_starts_without_evidence(store, bucket, clock):
+    """A failover successor (TTL 10) writes the same record to a new file 0.3 s after its
+    predecessor's last beat (compare-and-replace): the 0.3 s step is no heartbeat of its own."""
+    events: list = []
+    view = reader(bucket, clock, 1.0, events)
+    writer = Writer(store, clock, 1)  # a fast predecessor: evidence of a 0.33 s heartbeat
+    view.refresh()
+    for _ in range(3):
+        writer.beat()
+        view.refresh()
+    successor = writer.path.with_name(writer.path.name + ".new")
+    successor.write_bytes(writer.path.read_bytes())
+    clock.now += 0.3
+    writer.mtime_ns += round(0.3 * NS)
+    set_mtime(successor, writer.mtime_ns)
+    os.replace(successor, writer.path)
+    view.refresh()
+    writer.step = heartbeat_interval(10)  # the successor beats as a TTL-10 writer
+    for _ in range(4):
+        scanned_alive(view, clock, writer.step - 0.2)
+        clock.now += 0.2
+        writer.beat(wait=False)
+        view.refresh()
+    assert events == [ds.Added(writer.record)]
