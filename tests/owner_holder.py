@@ -24,10 +24,13 @@ def main() -> None:
     lock.acquire()
     child = ""
     if "--fork" in sys.argv[3:]:
+        ready, told = os.pipe()
         pid = os.fork()
-        if pid == 0:  # the child lives on, holding nothing of its parent's
+        if pid == 0:  # the child lives on; its fork hooks have run once fork() returned here
+            os.write(told, b"!")
             sys.stdin.readline()
             os._exit(0)
+        os.read(ready, 1)  # the child runs: whatever it keeps of its parent's, it keeps now
         child = f" {pid}"
     print(f"held{child}", flush=True)
     sys.stdin.readline()

@@ -216,6 +216,15 @@ def scanned_alive(view: RecordingView, clock: Clock, seconds: float) -> None:
         assert alive(view), clock.now
 
 
+def beats_watched(view: RecordingView, clock: Clock, writer: Writer, beats: int) -> None:
+    """``beats`` heartbeats of ``writer``, the reader scanning every 0.2 s in between: alive at each scan."""
+    for _ in range(beats):
+        scanned_alive(view, clock, writer.step - 0.2)
+        clock.now += 0.2
+        writer.beat(wait=False)
+        view.refresh()
+
+
 def set_mtime(path: Path, mtime_ns: int) -> None:
     os.utime(path, ns=(mtime_ns, mtime_ns))
 
@@ -238,11 +247,7 @@ def test_a_stray_touch_between_two_beats_never_shortens_a_readers_patience(store
         clock.now += 0.2
         writer.beat(wait=False)
         view.refresh()
-    for _ in range(3):  # the writer beats on, undisturbed
-        scanned_alive(view, clock, writer.step - 0.2)
-        clock.now += 0.2
-        writer.beat(wait=False)
-        view.refresh()
+    beats_watched(view, clock, writer, 3)  # the writer beats on, undisturbed
     assert events == [ds.Added(writer.record)]
 
 
@@ -257,11 +262,7 @@ def test_a_writer_whose_clock_steps_back_is_never_judged_dead(store, bucket, clo
         writer.beat()
         view.refresh()
     writer.mtime_ns -= 3 * NS  # the step back, seen at the next beat
-    for _ in range(4):
-        scanned_alive(view, clock, writer.step - 0.2)
-        clock.now += 0.2
-        writer.beat(wait=False)
-        view.refresh()
+    beats_watched(view, clock, writer, 4)
     assert events == [ds.Added(writer.record)]
 
 
@@ -283,9 +284,5 @@ def test_a_successors_takeover_with_the_same_bytes_starts_without_evidence(store
     os.replace(successor, writer.path)
     view.refresh()
     writer.step = heartbeat_interval(10)  # the successor beats as a TTL-10 writer
-    for _ in range(4):
-        scanned_alive(view, clock, writer.step - 0.2)
-        clock.now += 0.2
-        writer.beat(wait=False)
-        view.refresh()
+    beats_watched(view, clock, writer, 4)
     assert events == [ds.Added(writer.record)]

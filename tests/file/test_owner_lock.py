@@ -9,24 +9,14 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
 import pytest
-from discovery_sync.backends.file.directory import StoreDirectory
 from discovery_sync.backends.file.failover import kernel_id
 from discovery_sync.backends.file.owner_lock import OwnerLock, OwnerLockRefused, OwnerState, owner_name, probe_owner
 
 ID = 0x1234ABCD
-
-
-@pytest.fixture
-def lock_dir(tmp_path: Path) -> Iterator[StoreDirectory]:
-    directory = StoreDirectory(tmp_path, ".locks")
-    directory.open(create=True)
-    yield directory
-    directory.close()
 
 
 def holder(root: Path, instance_id: int, *extra: str) -> tuple[subprocess.Popen[str], str]:
