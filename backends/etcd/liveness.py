@@ -201,7 +201,10 @@ class LeaseKeeper:
 
     def _error(self, exc: BaseException) -> bool:
         """Retry soon whatever the job raised (LOST once the TTL has passed since the last
-        acknowledged keep-alive); only KeyboardInterrupt and the like end the thread."""
+        acknowledged keep-alive); only KeyboardInterrupt and the like end the thread. A keep-alive
+        cut because the client shuts down is no fault: nothing is reported."""
+        if self.gateway.closing and isinstance(exc, Exception):
+            return True  # stop() ends the thread before its next run
         self.connected = False
         self._connection.suspend(f"the keep-alive of etcd lease {self.lease_id:x} failed: {exc}")
         if time.monotonic() >= self.expires_at:

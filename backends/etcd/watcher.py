@@ -215,7 +215,7 @@ class BucketStream:
                 continue  # only quiet: watch again from the last revision
             except (NeedsResync, requests.RequestException, BackendUnavailable) as exc:
                 self._heard = None
-                if self._stop.is_set():
+                if self._stop.is_set() or self.gateway.closing:  # closing: the client cut it
                     return
                 if self._moved():
                     continue

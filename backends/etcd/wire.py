@@ -510,7 +510,10 @@ class EtcdGateway:
             self._on_failure, self._on_answer = on_failure, on_answer
 
     def failed(self, message: str) -> None:
-        """A request or stream failed as :class:`Unreachable` (see :meth:`report_to`)."""
+        """A request or stream failed as :class:`Unreachable` (see :meth:`report_to`); nothing
+        once the client shuts down (:meth:`interrupt` cut it: no fault of etcd's)."""
+        if self.closing:
+            return
         with self._link_lock:
             self.failing = True
             self._on_failure(message)

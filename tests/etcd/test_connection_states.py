@@ -12,6 +12,8 @@ from __future__ import annotations
 import base64
 import logging
 import queue
+import random
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -254,3 +256,16 @@ def test_a_request_that_etcd_refuses_is_no_connection_fault(etcd, prefix):
         client.gateway.put(f"{prefix}/k".encode(), b"v", lease=12345)  # no such lease: etcd refuses
     assert client.state is CONNECTED and client.status()["connection"] == "connected"
     changes.shut_down()
+
+
+def test_shutting_down_reports_closed_and_nothing_else_whatever_the_threads_were_doing(etcd, prefix):
+    """Shutdown cuts the requests under way (a keep-alive, a watch stream): no fault of etcd's, so
+    no SUSPENDED before CLOSED (a keep-alive cut at the wrong moment once reported one)."""
+    for _ in range(20):
+        client = ds.connect(_url(etcd.client_port, prefix, ttl=1))  # a keep-alive every 0.5 s
+        changes = Changes(client)
+        client.register(endpoint_spec())
+        with client.list_and_watch(ds.Query.endpoints()) as watch:
+            initial_state(watch)
+            threading.Event().wait(random.uniform(0, 0.5))  # anywhere in the keep-alive's cycle
+            changes.shut_down()
