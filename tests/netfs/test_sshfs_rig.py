@@ -394,10 +394,21 @@ def alive(pid: int) -> bool:
         return False
 
 
+def still_the_rigs(pid: int) -> bool:
+    """``pid`` runs and is still one of the rig's (sshd, sshfs or ssh): on a busy machine a pid
+    freed by the rig may already run another program."""
+    if not alive(pid):
+        return False
+    try:
+        return b"ssh" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
 def assert_nothing_left(rig: SshfsRig, pids: list[int]) -> None:
     prefix = str(rig.dir) + os.sep
     assert [m for m in sshfs_mounts() if m[1].startswith(prefix) or prefix in m[0] + os.sep] == []
-    assert [pid for pid in pids if alive(pid)] == []
+    assert [pid for pid in pids if still_the_rigs(pid)] == []
     assert rig.processes() == []
     assert not rig.dir.exists()
     if rig.port is not None:
