@@ -225,6 +225,21 @@ def beats_watched(view: RecordingView, clock: Clock, writer: Writer, beats: int)
         view.refresh()
 
 
+def watched_writer(
+    store: Path, bucket: StoreDirectory, clock: Clock, writer_ttl: float
+) -> tuple[RecordingView, Writer, list[ds.DiscoveryEvent]]:
+    """A TTL-1 reader (and the events it hands out) of a writer of ``writer_ttl`` that has beaten
+    three times: its heartbeat is confirmed evidence."""
+    events: list[ds.DiscoveryEvent] = []
+    view = reader(bucket, clock, 1.0, events)
+    writer = Writer(store, clock, writer_ttl)
+    view.refresh()
+    for _ in range(3):
+        writer.beat()
+        view.refresh()
+    return view, writer, events
+
+
 def set_mtime(path: Path, mtime_ns: int) -> None:
     os.utime(path, ns=(mtime_ns, mtime_ns))
 
@@ -232,13 +247,7 @@ def set_mtime(path: Path, mtime_ns: int) -> None:
 def test_a_stray_touch_between_two_beats_never_shortens_a_readers_patience(store, bucket, clock):
     """An operator's or a backup tool's ``touch`` 0.6 s after a beat of a TTL-10 writer: one short
     step, which the writer's next beat (2.7 s later) contradicts."""
-    events: list = []
-    view = reader(bucket, clock, 1.0, events)
-    writer = Writer(store, clock, 10)
-    view.refresh()
-    for _ in range(3):
-        writer.beat()
-        view.refresh()
+    view, writer, events = watched_writer(store, bucket, clock, 10)
     for _ in range(3):
         scanned_alive(view, clock, 0.6)
         set_mtime(writer.path, writer.mtime_ns + round(0.6 * NS))  # the stray touch
@@ -254,13 +263,7 @@ def test_a_stray_touch_between_two_beats_never_shortens_a_readers_patience(store
 def test_a_writer_whose_clock_steps_back_is_never_judged_dead(store, bucket, clock):
     """NTP steps a TTL-10 writer's wall clock back 3 s: its next mtime is 0.33 s after the last
     one, the one after that a full 3.33 s step."""
-    events: list = []
-    view = reader(bucket, clock, 1.0, events)
-    writer = Writer(store, clock, 10)
-    view.refresh()
-    for _ in range(3):
-        writer.beat()
-        view.refresh()
+    view, writer, events = watched_writer(store, bucket, clock, 10)
     writer.mtime_ns -= 3 * NS  # the step back, seen at the next beat
     beats_watched(view, clock, writer, 4)
     assert events == [ds.Added(writer.record)]
@@ -269,13 +272,7 @@ def test_a_writer_whose_clock_steps_back_is_never_judged_dead(store, bucket, clo
 def test_a_successors_takeover_with_the_same_bytes_starts_without_evidence(store, bucket, clock):
     """A failover successor (TTL 10) writes the same record to a new file 0.3 s after its
     predecessor's last beat (compare-and-replace): the 0.3 s step is no heartbeat of its own."""
-    events: list = []
-    view = reader(bucket, clock, 1.0, events)
-    writer = Writer(store, clock, 1)  # a fast predecessor: evidence of a 0.33 s heartbeat
-    view.refresh()
-    for _ in range(3):
-        writer.beat()
-        view.refresh()
+    view, writer, events = watched_writer(store, bucket, clock, 1)  # a fast predecessor: a 0.33 s heartbeat
     successor = writer.path.with_name(writer.path.name + ".new")
     successor.write_bytes(writer.path.read_bytes())
     clock.now += 0.3
