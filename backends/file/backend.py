@@ -57,7 +57,7 @@ from discovery_sync.watch import WatchFeed
 
 from .cohort import CohortFence
 from .doctor import diagnose_store
-from .failover import FileFailoverLock
+from .failover import FileFailoverLock, kernel_id
 from .garbage import GarbageCollector, Removals
 from .health import figures, thread_health
 from .layout import StoreDirectories, StoreLayout
@@ -69,6 +69,8 @@ from .mounts import choose_modes, mount_of, store_cache_window
 from .options import DEFAULT_TTL, OPTIONS, store_path
 from .oserrors import storage_error
 from .own import OwnFiles
+from .owner_lock import OwnerLock, probe_owner
+from .owners import OwnerWatch
 from .rescan import Owned, Rescans, RescanSchedule
 from .sight import Sight
 from .softlock import DEFAULT_STALE_AFTER
@@ -164,10 +166,14 @@ class FileDiscovery(Discovery):
         self._instance_id = member_id if member_id is not None else secrets.randbits(64)
         self._configure(option)
         self._assemble(option)
+        if not self.read_only and self._cohort is None:  # a cohort member takes it when it claims
+            self._hold_owner_lock()
         if not self.read_only:  # it owns nothing to keep alive
             self._heartbeat.start()
         self._link.start()
         self._rescans.thread.start()
+        if self._owners is not None:
+            self._owners.thread.start()
 
     def _configure(self, option: dict[str, Any]) -> None:
         """The modes (observer, lock), timing and directories of this client."""
@@ -189,6 +195,9 @@ class FileDiscovery(Discovery):
         self._dirs = StoreDirectories(self.layout, read_only=self.read_only)
         self._dirs.open(option["permissions"])
         self._buckets, self._lock_dir = self._dirs.buckets, self._dirs.lock_dir
+        # liveness from the kernel (docs/design.md §6) where every client shares this one
+        self._kernel_rule = lock == "hard" and kernel_id() is not None
+        self._owner_lock = OwnerLock(self._lock_dir, self._instance_id, cohort=self._cohort is not None)
 
     def _assemble(self, option: dict[str, Any]) -> None:
         """The parts: views, own files, threads (not started)."""
@@ -200,7 +209,16 @@ class FileDiscovery(Discovery):
             None if self._cohort is None else CohortFence(self._cohort, self._lock_dir, self._own, self._fence, clock)
         )
         self._stopping = threading.Event()
-        removals, sweeper = Removals(), Sweeper(clock)
+        removals = Removals()
+        sweeper = Sweeper(clock, probe=partial(probe_owner, self._lock_dir) if self._kernel_rule else None)
+        self._owners = (
+            OwnerWatch(
+                self._lock_dir, self._views.values(), sweep=lambda: self._rescans.sweep_dead(),
+                interval=self._poll_interval if self._notifier.kind == "polling" else t.rescan_interval,
+                cleans=not self.read_only, on_crash=self._thread_crashed, clock=clock,
+            )
+            if self._kernel_rule else None
+        )  # fmt: skip
         self._liveness = Heartbeat(
             self.layout, self._buckets, t.heartbeat_interval, owned=self._owned_now, names=self._own.names,
             write_back=self._write_back, refused=lambda: self._rescans.full_now(), clock=clock,
@@ -218,6 +236,7 @@ class FileDiscovery(Discovery):
         self._watcher = StoreWatcher(
             self._notifier, self.layout.root, self._buckets, self._notified,
             lambda exc: self._rescans.notification_failed(exc), read_only=self.read_only,
+            owners=None if self._owners is None else (self._lock_dir.path, self._owners.notified),
         )  # fmt: skip
         trouble = None if self.read_only else self._liveness.trouble
         sight = Sight(self.layout.root, self._views.values(), trouble, t.full_scan_interval + t.cache_window, clock)
@@ -367,8 +386,29 @@ class FileDiscovery(Discovery):
             "observer_alive": self._notifier.is_alive() if self._notifier.started else None,
             "lock": self._locks.mode,
             "liveness_paused": self._views[RecordKind.ENDPOINT].blind,
+            "liveness": self._liveness_rules(),
             **thread_health(None if self.read_only else self._heartbeat, self._rescans),
         }
+
+    def _liveness_rules(self) -> dict[str, Any]:
+        """Which rule judges the owners of the records this client sees (docs/design.md §6)."""
+        if self._owners is None:
+            why = "soft locks: clients may be on other hosts" if self._locks.mode == "soft" else "no kernel id"
+            return {"rule": f"mtime ({why})", "owners": {}}
+        return {"rule": "kernel where an owner holds its lock, else mtime", "owners": self._owners.rules()}
+
+    def _hold_owner_lock(self) -> None:
+        """Hold this writer's owner lock (:mod:`.owner_lock`) on a store where the kernel tells
+        liveness; a store that refuses leaves its records to the mtime rule (said once)."""
+        if not self._kernel_rule or self._owner_lock.held:
+            return
+        try:
+            self._owner_lock.acquire()
+        except (OSError, DiscoveryError) as exc:
+            log.warning(
+                "cannot hold the owner lock of %016x in %s (readers judge this client's records by their "
+                "mtimes instead): %s", self._instance_id, self._lock_dir.path, exc,
+            )  # fmt: skip
 
     def _backend_metrics(self) -> BackendFigures:
         return figures(None if self.read_only else self._heartbeat, self._rescans, self._watcher)
@@ -390,8 +430,11 @@ class FileDiscovery(Discovery):
     def _close(self) -> None:
         self._stopping.set()
         self._heartbeat.stop()
+        self._owner_lock.release()  # after the records (shutdown() removed them): readers sweep what is left
         self._link.stop()
         self._rescans.thread.stop()
+        if self._owners is not None:
+            self._owners.thread.stop()
         self._notifier.stop()
         self._locks.close()
         self._feeds.close_all()
@@ -470,6 +513,7 @@ class FileDiscovery(Discovery):
     def _claim(self, cohort: object) -> None:
         assert self._fence_check is not None  # only a cohort member claims
         self._fence_check.claim()
+        self._hold_owner_lock()  # the logical id's name: a frozen predecessor's lock counts no longer
 
     def _take_over(self, instance: DiscoveryInstance) -> None:
         self._own.write(instance, create_only=False)

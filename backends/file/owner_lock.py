@@ -10,6 +10,9 @@ guesses from mtimes, whether the owner is alive:
 - **held**: some process holds it: the owner is alive, whatever its files' mtimes say (a clock
   step, a takeover or a stray ``touch`` cannot make it dead);
 - **released**: no process holds it: the owner is dead;
+- **vacant**: no process holds it and it was a failover cohort's (its content says so): the
+  member that held it is dead, but the logical id is meant to outlive its members, so the
+  mtime rule decides, which gives a standby the TTL to take the records over in place;
 - **unknown**: there is no owner file, it is not a regular file, or it names another kernel or
   device than the reader's (a client of another host of a network store, a reference worker):
   the mtime rule decides.
@@ -19,11 +22,15 @@ the process and the instance id; a lock is trusted only on the same kernel and d
 failover lock's markers are (:mod:`.failover`). A forked child must not keep its parent alive:
 the descriptor is opened close-on-exec and closed in every child at fork
 (``os.register_at_fork``), since a ``flock`` belongs to the open file, which a child shares.
-:meth:`OwnerLock.release` (at ``shutdown()``, after the records are gone) removes the file and
-drops the lock.
 
-A reader's probe holds a shared lock for the few microseconds between its attempt and its
-release: an owner taking its lock at that very moment tries again (:data:`ACQUIRE_TRIES`).
+**Taking the name.** :meth:`OwnerLock.acquire` writes and locks a file of its own under a
+temporary name, then renames it over the owner name: the newest writer of an instance id owns
+the name, whatever an older one (a frozen predecessor of a cohort, an earlier process of the same
+id) still holds. The older one keeps its lock on a file no name leads to any more, so readers,
+who probe by name, see only the newest. A reader never sees the name on a file not yet locked.
+:meth:`OwnerLock.release` (at ``shutdown()``, after the records are gone) removes the name if it
+still leads to its file, and drops the lock. :func:`remove_released` lets the reader that swept a
+dead owner's records remove its file.
 """
 
 from __future__ import annotations
@@ -34,15 +41,15 @@ import errno
 import fcntl
 import logging
 import os
+import secrets
 import socket
 import stat
 import threading
-import time
 import weakref
 
 import orjson
 
-from .directory import StoreDirectory
+from .directory import DirectoryClosed, StoreDirectory
 from .failover import kernel_id
 
 log = logging.getLogger("discovery_sync.backends.file")
@@ -50,8 +57,6 @@ log = logging.getLogger("discovery_sync.backends.file")
 OWNER_PREFIX = "owner."
 #: bytes of an owner file read at most (its JSON is about 150 bytes)
 MAX_OWNER_BYTES = 4096
-#: attempts to take one's own lock while a reader's probe may hold it for a moment, 5 ms apart
-ACQUIRE_TRIES = 20
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY
 _WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK
 
@@ -66,14 +71,11 @@ class OwnerState(str, enum.Enum):
 
     HELD = "held"
     RELEASED = "released"
+    VACANT = "vacant"
     UNKNOWN = "unknown"
 
     def __str__(self) -> str:
         return self.value
-
-
-class OwnerLockRefused(OSError):
-    """The owner file is locked by another live process (a client with the same instance id)."""
 
 
 # every lock held by this process, closed in each child at fork
@@ -91,9 +93,11 @@ os.register_at_fork(after_in_child=_close_in_child)
 class OwnerLock:
     """The owner lock of the writer ``instance_id`` in the store's lock directory ``lock_dir``."""
 
-    def __init__(self, lock_dir: StoreDirectory, instance_id: int) -> None:
+    def __init__(self, lock_dir: StoreDirectory, instance_id: int, *, cohort: bool = False) -> None:
+        """``cohort``: ``instance_id`` is a failover cohort's logical id (its release is vacant)."""
         self.lock_dir = lock_dir
         self.instance_id = instance_id
+        self.cohort = cohort
         self.name = owner_name(instance_id)
         self._fd: int | None = None
         self._ident: tuple[int, int] | None = None  # the file's device and inode
@@ -104,20 +108,23 @@ class OwnerLock:
         return self._fd is not None
 
     def acquire(self) -> None:
-        """Create (or take over) the owner file and lock it for the life of this client.
-        OwnerLockRefused when another live process holds it; OSError when the store refuses."""
+        """Write and lock a file of this client, then rename it over the owner name (see the
+        module docstring); the lock lives until :meth:`release` or the process's end. OSError
+        when the store refuses (the caller goes on without: the mtime rule then decides)."""
         with self._lock:
             if self._fd is not None:
                 return
+            temporary = f"{self.name}.new.{secrets.token_hex(6)}"
             with self.lock_dir.use() as dir_fd:
-                fd = os.open(self.name, _WRITE_FLAGS, 0o644, dir_fd=dir_fd)
+                fd = os.open(temporary, _WRITE_FLAGS | os.O_EXCL, 0o644, dir_fd=dir_fd)
                 try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a file nobody else knows: never contended
                     status = os.fstat(fd)
-                    if not stat.S_ISREG(status.st_mode):
-                        raise OwnerLockRefused(errno.EEXIST, f"{self.lock_dir.path / self.name} is not a regular file")
-                    _lock_exclusively(fd, self.lock_dir.path / self.name)
-                    _write_content(fd, self.instance_id, status.st_dev)
+                    _write_content(fd, self.instance_id, status.st_dev, self.cohort)
+                    os.rename(temporary, self.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
                 except BaseException:
+                    with contextlib.suppress(OSError):
+                        os.unlink(temporary, dir_fd=dir_fd)
                     os.close(fd)
                     raise
             self._fd, self._ident = fd, (status.st_dev, status.st_ino)
@@ -150,22 +157,10 @@ class OwnerLock:
         self._lock = threading.Lock()  # another thread of the parent may have held it at fork
 
 
-def _lock_exclusively(fd: int, path: object) -> None:
-    """``flock(LOCK_EX)`` without blocking, tried again for a while (a reader's probe holds a
-    shared lock for microseconds); OwnerLockRefused when another process keeps it."""
-    for attempt in range(ACQUIRE_TRIES):
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            if attempt + 1 < ACQUIRE_TRIES:
-                time.sleep(0.005)  # a reader's probe: let it end
-    raise OwnerLockRefused(errno.EWOULDBLOCK, f"{path} is locked by another live process with this instance id")
-
-
-def _write_content(fd: int, instance_id: int, device: int) -> None:
+def _write_content(fd: int, instance_id: int, device: int, cohort: bool) -> None:
     content = {
         "instance_id": f"{instance_id:016x}",
+        "cohort": cohort,
         "kernel": kernel_id(),
         "device": device,
         "pid": os.getpid(),
@@ -185,11 +180,12 @@ def probe_owner(lock_dir: StoreDirectory, instance_id: int) -> OwnerState:
     try:
         with lock_dir.use() as dir_fd:
             fd = os.open(owner_name(instance_id), _READ_FLAGS, dir_fd=dir_fd)
-    except OSError:
-        return OwnerState.UNKNOWN  # none, a symlink, a FIFO without a writer...
+    except (OSError, DirectoryClosed):
+        return OwnerState.UNKNOWN  # none, a symlink, a FIFO without a writer, a closed client...
     try:
         status = os.fstat(fd)
-        if not stat.S_ISREG(status.st_mode) or not _names_this_kernel(fd, kernel, status.st_dev):
+        content = _content_of_this_kernel(fd, kernel, status.st_dev) if stat.S_ISREG(status.st_mode) else None
+        if content is None:
             return OwnerState.UNKNOWN
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
@@ -198,15 +194,58 @@ def probe_owner(lock_dir: StoreDirectory, instance_id: int) -> OwnerState:
         except OSError:
             return OwnerState.UNKNOWN
         fcntl.flock(fd, fcntl.LOCK_UN)
-        return OwnerState.RELEASED
+        return OwnerState.VACANT if content.get("cohort") is True else OwnerState.RELEASED
     finally:
         os.close(fd)
 
 
-def _names_this_kernel(fd: int, kernel: str, device: int) -> bool:
-    """Whether the owner file's content says its lock was taken on this kernel and device."""
+def _content_of_this_kernel(fd: int, kernel: str, device: int) -> dict[str, object] | None:
+    """The owner file's content, if it says its lock was taken on this kernel and device."""
     try:
         content = orjson.loads(os.pread(fd, MAX_OWNER_BYTES, 0))
     except (OSError, orjson.JSONDecodeError):
+        return None
+    if isinstance(content, dict) and content.get("kernel") == kernel and content.get("device") == device:
+        return content
+    return None
+
+
+def owner_id_of(name: str) -> int | None:
+    """The instance id an owner file's name stands for (None: not an owner file's name)."""
+    digits = name[len(OWNER_PREFIX) :] if name.startswith(OWNER_PREFIX) else ""
+    if len(digits) != 16 or digits.strip("0123456789abcdef"):
+        return None
+    return int(digits, 16)
+
+
+def remove_released(lock_dir: StoreDirectory, instance_id: int) -> bool:
+    """Remove the owner file of ``instance_id`` if no process holds its lock (its owner is dead
+    and its records were swept); True when removed. The lock is taken while the file is removed,
+    and only the file locked is removed: a new owner's file renamed over the name meanwhile
+    stays (a rename between the check and the unlink, microseconds, would lose the new owner's
+    name, and its readers would fall back on the mtime rule)."""
+    kernel = kernel_id()
+    if kernel is None or not lock_dir.is_open:
         return False
-    return isinstance(content, dict) and content.get("kernel") == kernel and content.get("device") == device
+    with lock_dir.use() as dir_fd:
+        try:
+            fd = os.open(owner_name(instance_id), _READ_FLAGS, dir_fd=dir_fd)
+        except OSError:
+            return False
+        try:
+            status = os.fstat(fd)
+            if not stat.S_ISREG(status.st_mode) or _content_of_this_kernel(fd, kernel, status.st_dev) is None:
+                return False
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                return False  # held again: a new owner
+            now = os.stat(owner_name(instance_id), dir_fd=dir_fd, follow_symlinks=False)
+            if (now.st_dev, now.st_ino) != (status.st_dev, status.st_ino):
+                return False
+            os.unlink(owner_name(instance_id), dir_fd=dir_fd)
+            return True
+        except OSError:
+            return False
+        finally:
+            os.close(fd)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from discovery_sync.broadcast import FeedSet
 from discovery_sync.clock import SYSTEM, Clock
+from discovery_sync.discovery import CollectedGarbage
 from discovery_sync.errors import BackendUnavailable, DiscoveryError
 from discovery_sync.events import DiscoveryEvent
 from discovery_sync.identity import DiscoveryInstanceId, RecordKind
@@ -233,14 +234,36 @@ class Rescans:
             if scan == LISTING:
                 return
             view.warn_pending()
-            names = frozenset(owned.values())
-            if self._read_only or not self._removals.deleting:  # deletes nothing: watches hear all the same
-                self._feeds.publish_all(self._sweeper.expire(view, names))
-                return
-            removed, changes = self._sweeper.sweep(view, names)
-            self._feeds.publish_all(changes)
-        self._removals.note(removed)
-        self._restore(view, owned)
+            removed = self._sweep_bucket(view, owned)
+        if removed is not None:
+            self._removals.note(removed)
+            self._restore(view, owned)
+
+    def _sweep_bucket(self, view: BucketView, owned: Owned) -> CollectedGarbage | None:
+        """Sweep the dead records of ``view`` (``owned``: this client's, never judged) and publish
+        the changes; the keys removed, or None when this client deletes nothing (then watches
+        hear Removed all the same). The caller holds the view's ``publishing`` lock."""
+        names = frozenset(owned.values())
+        if self._read_only or not self._removals.deleting:
+            self._feeds.publish_all(self._sweeper.expire(view, names))
+            return None
+        removed, changes = self._sweeper.sweep(view, names)
+        self._feeds.publish_all(changes)
+        return removed
+
+    def sweep_dead(self) -> None:
+        """Owners died (:mod:`.owners`): sweep their records in every bucket now, no scan first.
+        A bucket that fails is left to the next rescan."""
+        owned = self._owned()
+        for kind, view in self._views.items():
+            try:
+                with view.publishing:
+                    removed = self._sweep_bucket(view, owned.get(kind, {}))
+            except (OSError, DiscoveryError) as exc:
+                log.warning("sweeping dead owners' records in %s failed (the next rescan does): %s", kind.bucket, exc)
+                continue
+            if removed is not None:
+                self._removals.note(removed)
 
     def _scan_bucket(self, kind: RecordKind, view: BucketView, scan: str, owned: Owned) -> None:
         """Scan one bucket; publish what notifications had not delivered in time as missed."""

@@ -2,14 +2,17 @@
 
 A file is deleted only when all of these hold:
 
-* the view judged it dead (its mtime stood still for ``dead_after`` on this reader's clock);
+* the view judged it dead (its mtime stood still for ``dead_after`` on this reader's clock, or
+  its owner's lock was released: :mod:`.owners`);
 * its name is the record name of an identity of the bucket (:func:`.names.id_of_name`), or a
   leftover dot file (``.tmp_*``, ``.fuse_hidden*``, ``.nfs*``);
 * re-opened (``O_NOFOLLOW | O_NONBLOCK``) right before the unlink, it is still a regular file with
   the inode and mtime the view judged;
 * that re-check answered promptly: one that waited for the store (a frozen mount, which may have
   answered the scan from its cache) says nothing about the present, so the view's clocks start
-  again and nothing more is judged in this sweep (:data:`.view.STALL_AFTER`).
+  again and nothing more is judged in this sweep (:data:`.view.STALL_AFTER`);
+* judged dead by its owner's released lock: the lock is still released (``probe``), so a new
+  owner that took the name since keeps the record.
 
 Everything is done relative to the bucket's descriptor, so nothing outside the bucket can be
 reached. Linux has no "unlink this inode": an entry renamed over the name between the re-check
@@ -27,6 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import stat
+from collections.abc import Callable
 
 from discovery_sync.clock import SYSTEM, Clock
 from discovery_sync.discovery import CollectedGarbage
@@ -34,6 +38,7 @@ from discovery_sync.identity import RecordKind
 
 from .directory import DirectoryClosed
 from .names import id_of_name, printable
+from .owner_lock import OwnerState
 from .view import STALL_AFTER, BucketView, Changes, Entry
 from .wire import remove_record, stat_regular
 
@@ -46,8 +51,10 @@ class Sweeper:
     methods return the changes of the view (records Removed, or read again), for the caller to
     publish: call them holding the view's ``publishing`` lock."""
 
-    def __init__(self, clock: Clock = SYSTEM) -> None:
+    def __init__(self, clock: Clock = SYSTEM, *, probe: Callable[[int], OwnerState] | None = None) -> None:
+        """``probe(instance_id)``: the owner lock's state now (None: the store has no owner locks)."""
         self._clock = clock
+        self._probe = probe
         self._refused: dict[tuple[str, str], tuple[int, int]] = {}  # (bucket, name) -> (ino, mtime_ns)
         #: dead records removed, by kind (metrics; each changed under its view's ``publishing`` lock)
         self.swept = {kind.value: 0 for kind in RecordKind}
@@ -89,6 +96,8 @@ class Sweeper:
                     unchanged = self._recheck(view, dir_fd, name, entry)
                     if unchanged is None:
                         break
+                    if unchanged and not self._still_released(entry):
+                        continue
                     changes += view.expire(name) if unchanged else view.read_name(name)
         except DirectoryClosed:  # a read-only client's bucket went away: its next scan empties the view
             pass
@@ -132,6 +141,8 @@ class Sweeper:
             if unchanged is not None and not leftover:
                 changes += view.read_name(name)
             return unchanged is not None
+        if not self._still_released(entry):
+            return True
         if dry_run:
             if not leftover:
                 result.append(key)
@@ -153,10 +164,21 @@ class Sweeper:
             view.forget_leftover(name)
             return True
         if removed:
-            log.info("removed %s/%s: no heartbeat for %.1f s", view.kind.bucket, name, view.dead_after)
+            if entry.owner is OwnerState.RELEASED:
+                log.info("removed %s/%s: its owner's process ended (its lock was released)", view.kind.bucket, name)
+            else:
+                log.info("removed %s/%s: no heartbeat for %.1f s", view.kind.bucket, name, view.dead_after)
             result.append(key)
         changes += view.read_name(name)
         return True
+
+    def _still_released(self, entry: Entry) -> bool:
+        """False when ``entry`` was judged dead by its owner's released lock and a probe now finds
+        the lock held again or gone (a new owner of the name): the next probe of the owners judges
+        it. True otherwise."""
+        if entry.owner is not OwnerState.RELEASED or self._probe is None or entry.valid is None:
+            return True
+        return self._probe(entry.valid.instance_id) is OwnerState.RELEASED
 
     def _recheck(self, view: BucketView, dir_fd: int, name: str, entry: Entry) -> bool | None:
         """:func:`_still_unchanged`, or None when the answer took so long that the store stalled:

@@ -18,7 +18,10 @@ version changed, and the unverified ones (an in-place rewrite of the same size w
 notification was lost). ``list()`` reuses its ordered result while the view did not change
 (:meth:`BucketView.listed`).
 
-Liveness (docs/design.md §6): a record is dead when its mtime has not changed for ``dead_after``
+Liveness (docs/design.md §6) is decided in one place, :attr:`Entry.due`, by one of two rules.
+The kernel's (:mod:`.owners`, on a store whose clients share one kernel): a record whose
+owner's lock is held is alive whatever its mtime says, one whose owner's lock was released is
+dead at once. Otherwise the mtime rule: a record is dead when its mtime has not changed for ``dead_after``
 seconds *of this reader's monotonic clock* (the TTL plus the mount's cache window), counted
 from the moment this reader first saw that mtime, plus the entry's ``slack``: a reader whose TTL
 is shorter than the writer's waits as long as the writer's heartbeat asks (:class:`.liveness.Patience`).
@@ -61,6 +64,7 @@ from discovery_sync.reconcile import Change, apply
 from .directory import DirectoryClosed, StoreDirectory
 from .liveness import Patience
 from .names import may_be_record, printable, record_from
+from .owner_lock import OwnerState
 from .survey import DirState, Survey, dir_state, gone, now_ns, settled, survey
 from .wire import DEFAULT_MAX_RECORD_BYTES, RecordTooLarge, read_regular, stat_entry, unread_reason
 
@@ -121,12 +125,23 @@ class Entry:
     beat_ns: int = 0  # the shortest confirmed step between two of its mtimes: its writer's heartbeat (0: none yet)
     step_ns: int = 0  # the last step seen, which the next one must confirm (:meth:`BucketView._moved`)
     slack: float = 0.0  # seconds it may stand still beyond dead_after (a writer that beats slower)
+    owner: OwnerState = OwnerState.UNKNOWN  # its owner's lock, as last probed (:mod:`.owners`)
 
     @property
     def due(self) -> float:
-        """When, on the reader's clock, its mtime stood still ``dead_after`` less the slack ago: dead
-        once ``due`` is older than that."""
-        return self.seen_at + self.slack
+        """The one place that decides whether a record is alive: it is dead once ``due`` is more
+        than ``dead_after`` ago on the reader's clock. An owner whose lock is held keeps it alive
+        (never due), one whose lock was released leaves it dead now; else (the mtime rule: no
+        owner lock known, or a cohort's vacant id) ``due`` is when its mtime was first seen, plus
+        the slack its writer's heartbeat asks."""
+        return owner_due(self.owner, self.seen_at + self.slack)
+
+
+def owner_due(owner: OwnerState, mtime_due: float) -> float:
+    """:attr:`Entry.due` for an owner in state ``owner`` and an mtime rule's ``mtime_due``."""
+    if owner is OwnerState.HELD:
+        return float("inf")
+    return float("-inf") if owner is OwnerState.RELEASED else mtime_due
 
 
 @dataclass(slots=True, frozen=True)
@@ -405,7 +420,10 @@ class BucketView:
             return
         seen_at = entry.seen_at if entry is not None and entry.mtime_ns == st.st_mtime_ns else now
         self.moved_at = now  # a new content: someone writes to the store
-        self._store(name, Entry(st.st_ino, st.st_size, st.st_mtime_ns, seen_at, content, old), st, raw, now, out)
+        new = Entry(st.st_ino, st.st_size, st.st_mtime_ns, seen_at, content, old)
+        if entry is not None and entry.owner is OwnerState.HELD:  # a live owner's change (a dead one's: next probe)
+            new.owner = OwnerState.HELD
+        self._store(name, new, st, raw, now, out)
 
     def _add(self, dir_fd: int, name: str, out: Changes | None, gate: Gate | None) -> None:
         """:meth:`_update` of a name the view holds no entry for (every file of a first scan):
@@ -500,10 +518,12 @@ class BucketView:
         if alive_since is None:
             alive_since = self._clock.monotonic() - self.dead_after
         was_dead = entry.due < alive_since
+        if new_file and entry.owner is OwnerState.RELEASED:  # written anew: by a new owner, maybe
+            entry.owner = OwnerState.UNKNOWN
         if st is not None:
             self._moved(entry, st.st_mtime_ns, new_file=new_file)
             entry.mtime_ns, entry.ctime_ns = st.st_mtime_ns, st.st_ctime_ns
-        if seen_at + entry.slack >= alive_since:
+        if owner_due(entry.owner, seen_at + entry.slack) >= alive_since:
             if was_dead:
                 self._changes += 1
             if entry.expired:
@@ -589,7 +609,7 @@ class BucketView:
                 if e.valid is not None
                 and not e.expired
                 and n.startswith(name_prefix)
-                and (n in skip or e.seen_at + e.slack >= alive_since)
+                and (n in skip or e.due >= alive_since)
             ]
 
     def listed(
@@ -617,7 +637,7 @@ class BucketView:
                 if instance is None or entry.expired or not name.startswith(name_prefix):
                     continue
                 if name not in skip:
-                    due = entry.seen_at + entry.slack
+                    due = entry.due
                     if due < alive_since:
                         continue
                     expires = min(expires, due + self.dead_after)
@@ -636,8 +656,33 @@ class BucketView:
         clock (owned ones excluded), then leftover files (see ``LEFTOVER_PREFIXES``) as still as that."""
         alive_since = self._alive_since(self._clock.monotonic())
         with self.lock:
-            records = [(n, e) for n, e in self._entries.items() if n not in owned and e.seen_at + e.slack < alive_since]
+            records = [(n, e) for n, e in self._entries.items() if n not in owned and e.due < alive_since]
             return records + [(n, e) for n, e in self._leftovers.items() if e.seen_at + e.slack < alive_since]
+
+    def owner_ids(self) -> set[int]:
+        """The instance ids of the records this view holds: the owners whose locks tell whether
+        they are alive (:mod:`.owners`)."""
+        with self.lock:
+            return {e.valid.instance_id for e in self._entries.values() if e.valid is not None}
+
+    def judge_owners(self, states: Mapping[int, OwnerState], probed_at: float) -> bool:
+        """Give each record the state the probe of its owner's lock found (``states``, by instance
+        id; the probe began at ``probed_at`` on the clock). A record read since then may be a new
+        owner's: a release does not concern it (the next probe does). True when a record is dead
+        by this (its owner's lock was released)."""
+        died = False
+        with self.lock:
+            for entry in self._entries.values():
+                valid = entry.valid
+                state = states.get(valid.instance_id) if valid is not None else None
+                if state is None or state is entry.owner:
+                    continue
+                if state is OwnerState.RELEASED and entry.read_at > probed_at:
+                    continue
+                entry.owner = state
+                self._changes += 1
+                died = died or (state is OwnerState.RELEASED and not entry.expired)
+        return died
 
     def suspects(self, owned: frozenset[str]) -> int:
         """How many files could be judged dead once they stood still long enough: records not in

@@ -114,7 +114,10 @@ class DirectoryNotifier:
         self,
         directories: Mapping[Path, Callable[[str], None]],
         on_error: Callable[[BaseException], None],
+        closes: Mapping[Path, Callable[[str], None]] | None = None,
     ) -> None:
+        """Watch ``directories`` (name -> callback); ``closes``: directories whose files' closes
+        after a write alone are reported (inotify only: the polling observer sees no close)."""
         observer = self._make_observer()
         if self.kind == "inotify":
             # attribute changes (heartbeat touches) and bare modifications of half-written files are skipped
@@ -123,6 +126,9 @@ class DirectoryNotifier:
             wanted = [FileCreatedEvent, FileDeletedEvent, FileMovedEvent, FileModifiedEvent]
         for directory, on_name in directories.items():
             observer.schedule(_BucketHandler(on_name, on_error), str(directory), recursive=False, event_filter=wanted)
+        for directory, on_name in (closes or {}).items() if self.kind == "inotify" else ():
+            handler = _BucketHandler(on_name, on_error)
+            observer.schedule(handler, str(directory), recursive=False, event_filter=[FileClosedEvent])
         observer.name = f"discovery-sync-file-{self.kind}"
         observer.daemon = True
         for index, emitter in enumerate(observer.emitters):  # created by schedule(), started by start()
@@ -186,13 +192,17 @@ class StoreWatcher:
         on_error: Callable[[BaseException], None],
         *,
         read_only: bool,
+        owners: tuple[Path, Callable[[str], None]] | None = None,
     ) -> None:
+        """``owners``: the lock directory and what to tell when an owner file there is closed
+        after a write (:mod:`.owners`)."""
         self.notifier = notifier
         self.root = root
         self._buckets = buckets
         self._on_name = on_name
         self._on_error = on_error
         self._read_only = read_only
+        self._owners = owners
         self._lock = threading.Lock()
         self._watched: frozenset[RecordKind] = frozenset()
         self.restarts = 0  # of a notifier that stopped (metrics)
@@ -237,8 +247,9 @@ class StoreWatcher:
     def _start(self, kinds: frozenset[RecordKind]) -> None:
         """Start the notifier on the buckets of ``kinds`` (with the lock held)."""
         callbacks = {self._buckets[kind].path: partial(self._on_name, kind) for kind in kinds}
+        closes = {self._owners[0]: self._owners[1]} if self._owners is not None and self._owners[0].is_dir() else {}
         try:
-            self.notifier.start(callbacks, self._on_error)
+            self.notifier.start(callbacks, self._on_error, closes)
         except OSError as exc:
             raise BackendUnavailable(f"cannot watch the file store at {self.root}: {exc}") from exc
         self._watched = kinds

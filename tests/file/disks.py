@@ -12,6 +12,19 @@ from pathlib import Path
 import pytest
 
 
+def keep_locks_apart(store: Path) -> None:
+    """Mount a small tmpfs of its own at ``store/.locks``. A live writer of a store with hard locks
+    holds its owner file there open for writing (docs/design.md §6), and the kernel refuses to
+    remount a filesystem read-only while a file on it is open for writing (EBUSY); only its own
+    remount on errors (``errors=remount-ro``) does not ask. A test that turns a store read-only
+    under a live writer keeps the lock directory apart, as that remount leaves it usable."""
+    locks = store / ".locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k,mode=0755", "tmpfs", str(locks)], check=True, capture_output=True
+    )
+
+
 class SmallDisk:
     """A tmpfs mounted for one test (1 MiB, 256 inodes), made full or read-only on demand."""
 
@@ -30,7 +43,11 @@ class SmallDisk:
         self.filler.mkdir()
 
     def unmount(self) -> None:
-        subprocess.run(["umount", "--lazy", str(self.path)], check=True, capture_output=True)
+        subprocess.run(["umount", "--lazy", str(self.path)], check=True, capture_output=True)  # and what is below
+
+    def keep_locks_apart(self) -> None:
+        """:func:`keep_locks_apart` for the store of this disk."""
+        keep_locks_apart(self.store)
 
     def fill(self, what: str) -> None:
         """Leave no free ``space`` (every page taken) or no free ``inodes`` on the disk."""
@@ -68,7 +85,8 @@ def disk(tmp_path: Path) -> Iterator[SmallDisk]:
 class BindMount:
     """``source`` bind-mounted at ``path``: the mount at ``path`` is made read-only and writable
     again while ``source`` stays writable (another host's view of the same files, a hand that
-    deletes files through it). Made by :func:`bind_mounted`."""
+    deletes files through it). Made by :func:`bind_mounted`; the store's lock directory,
+    ``source/store/.locks``, is a mount of its own (:func:`keep_locks_apart`), bound with it."""
 
     def __init__(self, tmp_path: Path) -> None:
         self.source, self.path = tmp_path / "source", tmp_path / "mount"
@@ -82,8 +100,10 @@ def bind_mounted(mount: BindMount) -> Iterator[BindMount]:
     """``mount`` made (its two directories created) for the block, unmounted after it."""
     mount.source.mkdir()
     mount.path.mkdir()
-    subprocess.run(["mount", "--bind", str(mount.source), str(mount.path)], check=True)
+    keep_locks_apart(mount.source / "store")
+    subprocess.run(["mount", "--rbind", str(mount.source), str(mount.path)], check=True)
     try:
         yield mount
     finally:
         subprocess.run(["umount", "--lazy", str(mount.path)], check=True)
+        subprocess.run(["umount", "--lazy", str(mount.source / "store" / ".locks")], check=True)

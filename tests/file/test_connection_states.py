@@ -84,6 +84,7 @@ def bind_mount(tmp_path: Path) -> Iterator[BindMount]:
 def test_a_read_only_remount_suspends_the_writer_and_the_next_beat_reconnects_it(
     disk: SmallDisk, steps: Steps, clients
 ):
+    disk.keep_locks_apart()  # the writer's owner file, open for writing, would refuse the remount
     client = ds.connect(f"file://{disk.store}?ttl={TTL:g}", clock=steps.clock)
     clients.append(client)
     changes = Changes(client)
@@ -110,13 +111,15 @@ def test_a_read_only_remount_suspends_the_writer_and_the_next_beat_reconnects_it
 def test_a_store_that_refuses_beats_past_the_ttl_loses_the_records_and_writes_back_what_readers_swept(
     bind_mount: BindMount, steps: Steps, clients
 ):
-    """The writer's mount is read-only, another host's is not: a reader there sweeps the
-    records whose heartbeat stopped. The writer is SUSPENDED at its first refused beat, LOST once
+    """The writer's mount is read-only, another host's is not: a reader there (soft locks: it
+    cannot see the writer's owner lock, so mtimes decide) sweeps the records whose heartbeat stopped. The writer is SUSPENDED at its first refused beat, LOST once
     no beat worked for a TTL, and RECONNECTED by the first beat that works again, naming the
     records it wrote back."""
     writer = ds.connect(f"file://{bind_mount.path / 'store'}?ttl={SHORT_TTL:g}", clock=steps.clock)
     clients.append(writer)
-    sweeper = ds.connect(f"file://{bind_mount.source / 'store'}?ttl={SHORT_TTL:g}&uniform_ttl=true", clock=steps.clock)
+    sweeper = ds.connect(
+        f"file://{bind_mount.source / 'store'}?ttl={SHORT_TTL:g}&uniform_ttl=true&lock=soft", clock=steps.clock
+    )
     clients.append(sweeper)
     changes = Changes(writer)
     records = [writer.register(endpoint_spec()), writer.register(model_spec())]

@@ -14,7 +14,14 @@ from pathlib import Path
 import orjson
 import pytest
 from discovery_sync.backends.file.failover import kernel_id
-from discovery_sync.backends.file.owner_lock import OwnerLock, OwnerLockRefused, OwnerState, owner_name, probe_owner
+from discovery_sync.backends.file.owner_lock import (
+    OwnerLock,
+    OwnerState,
+    owner_id_of,
+    owner_name,
+    probe_owner,
+    remove_released,
+)
 
 ID = 0x1234ABCD
 
@@ -72,18 +79,44 @@ def test_release_removes_the_file_and_the_lock(lock_dir, tmp_path):
     assert probe_owner(lock_dir, ID) is OwnerState.UNKNOWN
 
 
-def test_a_second_writer_with_the_same_id_is_refused_while_the_first_lives(lock_dir, tmp_path):
-    process, _ = holder(tmp_path, ID)
+def test_the_newest_writer_of_an_id_owns_the_name_and_the_older_one_cannot_take_it_back(lock_dir, tmp_path):
+    process, _ = holder(tmp_path, ID)  # an older writer of the id, alive (a frozen predecessor)
+    assert process.stdin is not None and process.stdout is not None
     try:
-        with pytest.raises(OwnerLockRefused, match="locked by another live process"):
-            OwnerLock(lock_dir, ID).acquire()
+        lock = OwnerLock(lock_dir, ID)
+        lock.acquire()  # the successor
+        content = orjson.loads((tmp_path / ".locks" / owner_name(ID)).read_bytes())
+        assert content["pid"] == os.getpid()
+        process.stdin.write("\n")  # the older one releases: the name is not its file any more
+        process.stdin.flush()
+        assert process.stdout.readline().strip() == "released"
+        process.wait(10)
+        assert probe_owner(lock_dir, ID) is OwnerState.HELD
+        lock.release()
+        assert probe_owner(lock_dir, ID) is OwnerState.UNKNOWN
+        assert os.listdir(tmp_path / ".locks") == []  # no temporary file is left
     finally:
         process.kill()
         process.wait(10)
-    lock = OwnerLock(lock_dir, ID)  # its file left behind by the killed one is taken over
-    lock.acquire()
-    assert probe_owner(lock_dir, ID) is OwnerState.HELD
-    lock.release()
+
+
+def test_a_dead_owners_file_is_removed_and_a_live_ones_never(lock_dir, tmp_path):
+    process, _ = holder(tmp_path, ID)
+    try:
+        assert not remove_released(lock_dir, ID)
+        assert probe_owner(lock_dir, ID) is OwnerState.HELD
+    finally:
+        process.kill()
+        process.wait(10)
+    assert remove_released(lock_dir, ID)
+    assert not (tmp_path / ".locks" / owner_name(ID)).exists()
+    assert not remove_released(lock_dir, ID)  # gone already
+
+
+def test_owner_names_are_told_from_other_names():
+    assert owner_id_of(owner_name(ID)) == ID
+    for name in ("owner.", "owner.12", f"{owner_name(ID)}.new.0a1b", "owner.ABCDEF0123456789", "x" + owner_name(1)):
+        assert owner_id_of(name) is None
 
 
 def test_what_others_plant_under_an_owner_name_is_unknown_and_never_blocks(lock_dir, tmp_path):
@@ -96,7 +129,10 @@ def test_what_others_plant_under_an_owner_name_is_unknown_and_never_blocks(lock_
     (locks / owner_name(4)).write_bytes(b"\xff" * 10_000)
     for instance_id in (1, 2, 3, 4, 5):
         assert probe_owner(lock_dir, instance_id) is OwnerState.UNKNOWN
-    with pytest.raises(OSError):
-        OwnerLock(lock_dir, 1).acquire()  # a FIFO: refused at once, not waited on
-    with pytest.raises(OSError):
-        OwnerLock(lock_dir, 2).acquire()  # a symlink is never followed
+        assert not remove_released(lock_dir, instance_id)  # none of them is a dead owner's file
+    for instance_id in (1, 2):  # the name is taken over by a rename: no FIFO is opened, no link followed
+        lock = OwnerLock(lock_dir, instance_id)
+        lock.acquire()
+        assert probe_owner(lock_dir, instance_id) is OwnerState.HELD
+        lock.release()
+    assert (locks / "elsewhere").read_text() == "{}"

@@ -19,6 +19,7 @@ from discovery_sync.backends.file import view as file_view
 from discovery_sync.backends.file.view import BucketView
 
 import discovery_sync as ds
+from discovery_sync.backends.file.owner_lock import owner_name
 from discovery_sync.testing import ManualClock
 from testrigs.helpers import assert_quiet, endpoint_spec, initial_state, next_event
 from tests.file.clocked import Steps
@@ -285,7 +286,7 @@ def test_model_registration_locks_the_bucket_directory_like_reference_workers(st
         finally:
             os.close(holder)
         client.register(ds.ModelSpec("ns", "backend", "generate", {"display_name": "m"}))
-        assert os.listdir(store / ".locks") == []  # hard locks leave no files behind
+        assert os.listdir(store / ".locks") == [owner_name(client.instance_id)]  # hard locks leave none behind
     finally:
         client.shutdown()
 
