@@ -5,11 +5,12 @@
 
 Run from the repository root. Each trial, in a new store under ``--where`` (``tmp``: the system's
 temporary directory, a disk here; ``shm``: ``/dev/shm``, a tmpfs): a worker process
-(``testrigs/file_peer.py``) registers ``--records`` endpoints; ``--watchers`` read-only clients of
-this process watch the endpoints (each with its own notifier and rescans, as separate processes
-would); once every watcher lists them all, the worker is killed (SIGKILL). The figure is the time
-from the kill to the moment each watcher has handed out ``Removed`` of every record of the worker:
-one sample per watcher and trial (``removed_ms``: count, p50, p99, max).
+(``testrigs/file_peer.py``) registers ``--records`` endpoints; ``--watchers`` clients of this
+process watch the endpoints (the first an ordinary client, which sweeps dead records as a
+frontend's does; the others read-only, which only report them Removed; each with its own notifier
+and rescans, as separate processes would); once every watcher lists them all, the worker is
+killed (SIGKILL). The figure is the time from the kill to the moment each watcher has handed out
+``Removed`` of every record of the worker: one sample per watcher and trial (``removed_ms``: count, p50, p99, max).
 
 With ``--reference`` a reference-runtime watcher (``testrigs/reference.py``, ai-dynamo-runtime
 1.6.1, in a loopback-only network namespace when the machine allows) watches the worker's first
@@ -48,10 +49,11 @@ def _store_parent(where: str) -> str | None:
 
 
 class _Watcher:
-    """A read-only client watching the endpoints; ``removed_at`` once every id of ``ids`` was removed."""
+    """A client watching the endpoints (``read_only`` or not); ``removed_at`` once every id of
+    ``ids`` was removed."""
 
-    def __init__(self, url: str, observer: str) -> None:
-        self.client = ds.connect(url, read_only=True, observer=observer)
+    def __init__(self, url: str, observer: str, *, read_only: bool) -> None:
+        self.client = ds.connect(url, read_only=read_only, observer=observer)
         self.watch = self.client.list_and_watch(ds.Query.endpoints("ns", "peer"))
         self.known: set[ds.DiscoveryInstanceId] = set()
         self.gone: set[ds.DiscoveryInstanceId] = set()
@@ -89,7 +91,7 @@ def _trial(args: argparse.Namespace) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="bench-kill-", dir=_store_parent(args.where)))
     url = f"file://{root / 'store'}"
     peer = Peer(url, args.records)
-    watchers = [_Watcher(url, args.observer) for _ in range(args.watchers)]
+    watchers = [_Watcher(url, args.observer, read_only=index > 0) for index in range(args.watchers)]
     reference = None
     try:
         for watcher in watchers:

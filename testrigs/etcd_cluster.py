@@ -144,7 +144,8 @@ class EtcdCluster:
         100 ms). etcd 3.5.0-3.5.2 (the wheel's is 3.5.1) can come back from a ``kill -9`` without
         entries of its last uncommitted batch (etcd issue 13766, fixed in 3.5.3): a test that reads a
         restarted member's data commits before the kill. Taking a snapshot commits first."""
-        with requests.post(f"{self.members[index].url}/v3/maintenance/snapshot", json={}, stream=True, timeout=10) as reply:
+        snapshot = f"{self.members[index].url}/v3/maintenance/snapshot"
+        with requests.post(snapshot, json={}, stream=True, timeout=10) as reply:
             reply.raise_for_status()
             for _ in reply.iter_content(65536):
                 pass

@@ -374,6 +374,8 @@ class FileDiscovery(Discovery):
                 raise BackendUnavailable(f"cannot read {view.directory.path}: {exc}") from exc
             feed.start(view.valid(prefix, skip=self._owned_names(feed.query.kind)))
             self._feeds.add(feed)
+        if self._owners is not None:  # whose records it saw first: probed now, not at the next round
+            self._owners.thread.wake()
 
     def status(self) -> dict[str, Any]:
         """:meth:`Discovery.status`, with the store, the modes and the health of the threads
@@ -395,7 +397,10 @@ class FileDiscovery(Discovery):
         if self._owners is None:
             why = "soft locks: clients may be on other hosts" if self._locks.mode == "soft" else "no kernel id"
             return {"rule": f"mtime ({why})", "owners": {}}
-        return {"rule": "kernel where an owner holds its lock, else mtime", "owners": self._owners.rules()}
+        owners = self._owners.rules()
+        if self._owner_lock.held:
+            owners[f"{self._instance_id:016x}"] = "kernel: held (this client)"
+        return {"rule": "kernel where an owner holds its lock, else mtime", "owners": owners}
 
     def _hold_owner_lock(self) -> None:
         """Hold this writer's owner lock (:mod:`.owner_lock`) on a store where the kernel tells
@@ -421,6 +426,10 @@ class FileDiscovery(Discovery):
         details = diagnose_store(self.layout, *modes, self.max_record_bytes, read_only=self.read_only)
         report["problems"].extend(details.pop("problems"))
         report.update(details)
+        if self._owners is not None:  # the owners of what the store holds now, probed now
+            self.rescan()
+            self._owners.check()
+        report["liveness"] = self._liveness_rules()
 
     def _collect_garbage(self, dry_run: bool, progress: Callable[[float, float], None] | None) -> CollectedGarbage:
         """See :mod:`.garbage`: dead records the store does not let this user delete (a read-only

@@ -112,9 +112,9 @@ def test_a_store_that_refuses_beats_past_the_ttl_loses_the_records_and_writes_ba
     bind_mount: BindMount, steps: Steps, clients
 ):
     """The writer's mount is read-only, another host's is not: a reader there (soft locks: it
-    cannot see the writer's owner lock, so mtimes decide) sweeps the records whose heartbeat stopped. The writer is SUSPENDED at its first refused beat, LOST once
-    no beat worked for a TTL, and RECONNECTED by the first beat that works again, naming the
-    records it wrote back."""
+    cannot see the writer's owner lock, so mtimes decide) sweeps the records whose heartbeat
+    stopped. The writer is SUSPENDED at its first refused beat, LOST once no beat worked for a
+    TTL, and RECONNECTED by the first beat that works again, naming the records it wrote back."""
     writer = ds.connect(f"file://{bind_mount.path / 'store'}?ttl={SHORT_TTL:g}", clock=steps.clock)
     clients.append(writer)
     sweeper = ds.connect(

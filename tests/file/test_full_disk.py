@@ -16,10 +16,10 @@ from pathlib import Path
 
 import orjson
 import pytest
+from discovery_sync.backends.file.owner_lock import owner_name
 from discovery_sync.backends.file.softlock import MARKER_SIZE, SoftLocks, marker_bytes
 
 import discovery_sync as ds
-from discovery_sync.backends.file.owner_lock import owner_name
 from testrigs.helpers import endpoint_spec, model_spec
 
 BUCKETS = ("instances", "mdc", "event_channels", "event_sources")

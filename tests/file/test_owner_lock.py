@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import orjson
-import pytest
 from discovery_sync.backends.file.failover import kernel_id
 from discovery_sync.backends.file.owner_lock import (
     OwnerLock,

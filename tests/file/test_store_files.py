@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from discovery_sync.backends.file import locks, missed
 from discovery_sync.backends.file import view as file_view
+from discovery_sync.backends.file.owner_lock import owner_name
 from discovery_sync.backends.file.view import BucketView
 
 import discovery_sync as ds
-from discovery_sync.backends.file.owner_lock import owner_name
 from discovery_sync.testing import ManualClock
 from testrigs.helpers import assert_quiet, endpoint_spec, initial_state, next_event
 from tests.file.clocked import Steps
