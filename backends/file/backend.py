@@ -57,7 +57,7 @@ from discovery_sync.watch import WatchFeed
 
 from .cohort import CohortFence
 from .doctor import diagnose_store
-from .failover import FileFailoverLock, kernel_id
+from .failover import FileFailoverLock
 from .garbage import GarbageCollector, Removals
 from .health import figures, thread_health
 from .layout import StoreDirectories, StoreLayout
@@ -67,16 +67,14 @@ from .locks import StoreLocks
 from .missed import notice_grace
 from .mounts import choose_modes, mount_of, store_cache_window
 from .options import DEFAULT_TTL, OPTIONS, store_path
-from .oserrors import storage_error
 from .own import OwnFiles
-from .owner_lock import OwnerLock, probe_owner
-from .owners import OwnerWatch
+from .owners import KernelRule, liveness_rules
 from .rescan import Owned, Rescans, RescanSchedule
 from .sight import Sight
 from .softlock import DEFAULT_STALE_AFTER
 from .sweep import Sweeper
 from .timing import timing
-from .view import DEEP, BucketView, Touched, restart_clocks_of
+from .view import DEEP, BucketView, Touched, bucket_views
 from .watcher import DirectoryNotifier, StoreWatcher
 from .wire import DEFAULT_MAX_RECORD_BYTES, refresh_listing
 
@@ -166,17 +164,15 @@ class FileDiscovery(Discovery):
         self._instance_id = member_id if member_id is not None else secrets.randbits(64)
         self._configure(option)
         self._assemble(option)
-        if not self.read_only and self._cohort is None:  # a cohort member takes it when it claims
-            self._hold_owner_lock()
         if not self.read_only:  # it owns nothing to keep alive
             self._heartbeat.start()
         self._link.start()
         self._rescans.thread.start()
-        if self._owners is not None:
-            self._owners.thread.start()
+        if self._kernel is not None:  # a cohort member holds its owner lock from its claim on
+            self._kernel.start(hold=not self.read_only and self._cohort is None)
 
     def _configure(self, option: dict[str, Any]) -> None:
-        """The modes (observer, lock), timing and directories of this client."""
+        """The modes (observer, lock), timing, directories and bucket views of this client."""
         mount = mount_of(self.layout.root)
         observer, lock = choose_modes(self.layout.root, option["observer"], option["lock"], mount)
         ttl = option["ttl"]
@@ -195,30 +191,29 @@ class FileDiscovery(Discovery):
         self._dirs = StoreDirectories(self.layout, read_only=self.read_only)
         self._dirs.open(option["permissions"])
         self._buckets, self._lock_dir = self._dirs.buckets, self._dirs.lock_dir
-        # liveness from the kernel (docs/design.md §6) where every client shares this one
-        self._kernel_rule = lock == "hard" and kernel_id() is not None
-        self._owner_lock = OwnerLock(self._lock_dir, self._instance_id, cohort=self._cohort is not None)
+        self._feeds = FeedSet()
+        self._views = bucket_views(
+            self._buckets, self.dead_after, settle=self.cache_window, max_record_bytes=self.max_record_bytes,
+            clock=self._clock, missing_is_empty=self.read_only, subscribed=lambda kind: bool(self._feeds.current(kind)),
+            patience=self._patience,
+        )  # fmt: skip
 
     def _assemble(self, option: dict[str, Any]) -> None:
         """The parts: views, own files, threads (not started)."""
         clock, t = self._clock, self.timing
-        self._feeds = FeedSet()
-        self._views = {kind: self._view(kind) for kind in RecordKind}
         self._own = OwnFiles(self._buckets, OwnedNames(self.layout), self.max_record_bytes)
         self._fence_check = (
             None if self._cohort is None else CohortFence(self._cohort, self._lock_dir, self._own, self._fence, clock)
         )
         self._stopping = threading.Event()
         removals = Removals()
-        sweeper = Sweeper(clock, probe=partial(probe_owner, self._lock_dir) if self._kernel_rule else None)
-        self._owners = (
-            OwnerWatch(
-                self._lock_dir, self._views.values(), sweep=lambda: self._rescans.sweep_dead(),
-                interval=self._poll_interval if self._notifier.kind == "polling" else t.rescan_interval,
-                cleans=not self.read_only, on_crash=self._thread_crashed, clock=clock,
-            )
-            if self._kernel_rule else None
+        self._kernel = KernelRule.for_store(  # liveness from the kernel (docs/design.md §6)
+            self._locks.mode, self._lock_dir, self._instance_id, self._views.values(), cohort=self._cohort is not None,
+            interval=self._poll_interval if self._notifier.kind == "polling" else t.rescan_interval,
+            sweep=lambda: self._rescans.sweep_dead(), cleans=not self.read_only, on_crash=self._thread_crashed,
+            clock=clock,
         )  # fmt: skip
+        sweeper = Sweeper(clock, probe=None if self._kernel is None else self._kernel.probe)
         self._liveness = Heartbeat(
             self.layout, self._buckets, t.heartbeat_interval, owned=self._owned_now, names=self._own.names,
             write_back=self._write_back, refused=lambda: self._rescans.full_now(), clock=clock,
@@ -236,7 +231,7 @@ class FileDiscovery(Discovery):
         self._watcher = StoreWatcher(
             self._notifier, self.layout.root, self._buckets, self._notified,
             lambda exc: self._rescans.notification_failed(exc), read_only=self.read_only,
-            owners=None if self._owners is None else (self._lock_dir.path, self._owners.notified),
+            owners=None if self._kernel is None else self._kernel.notifications(),
         )  # fmt: skip
         trouble = None if self.read_only else self._liveness.trouble
         sight = Sight(self.layout.root, self._views.values(), trouble, t.full_scan_interval + t.cache_window, clock)
@@ -250,20 +245,6 @@ class FileDiscovery(Discovery):
         )  # fmt: skip
         self._collector = GarbageCollector(
             self._views, self._feeds, sweeper, removals, t, self._owned_names, self._stopping, clock
-        )
-
-    def _view(self, kind: RecordKind) -> BucketView:
-        return BucketView(
-            kind,
-            self._buckets[kind],
-            self.dead_after,
-            settle=self.cache_window,
-            max_record_bytes=self.max_record_bytes,
-            clock=self._clock,
-            missing_is_empty=self.read_only,
-            subscribed=lambda kind: bool(self._feeds.current(kind)),
-            patience=self._patience,
-            on_stall=lambda: restart_clocks_of(self._views.values()),  # the buckets share one mount
         )
 
     @property
@@ -350,14 +331,7 @@ class FileDiscovery(Discovery):
     @contextlib.contextmanager
     def _store_lock(self, kind: RecordKind, key: str) -> Iterator[None]:
         # the whole bucket, as reference workers lock it for every change they make
-        bucket = self._buckets[kind]
-        with self._locks.hold(bucket, self._lock_dir, self.layout.lock_name(kind.bucket)):
-            if self._locks.mode == "soft":
-                try:
-                    with bucket.use() as dir_fd:
-                        refresh_listing(dir_fd)
-                except OSError as exc:
-                    raise storage_error(exc, f"cannot refresh the listing of {bucket.path} under its lock") from exc
+        with self._locks.hold(self._buckets[kind], self._lock_dir, self.layout.lock_name(kind.bucket)):
             yield
 
     def _record_lock(self, instance_id: DiscoveryInstanceId) -> contextlib.AbstractContextManager[None]:
@@ -374,8 +348,8 @@ class FileDiscovery(Discovery):
                 raise BackendUnavailable(f"cannot read {view.directory.path}: {exc}") from exc
             feed.start(view.valid(prefix, skip=self._owned_names(feed.query.kind)))
             self._feeds.add(feed)
-        if self._owners is not None:  # whose records it saw first: probed now, not at the next round
-            self._owners.thread.wake()
+        if self._kernel is not None:  # whose records it saw first: probed now, not at the next round
+            self._kernel.watch.thread.wake()
 
     def status(self) -> dict[str, Any]:
         """:meth:`Discovery.status`, with the store, the modes and the health of the threads
@@ -388,32 +362,9 @@ class FileDiscovery(Discovery):
             "observer_alive": self._notifier.is_alive() if self._notifier.started else None,
             "lock": self._locks.mode,
             "liveness_paused": self._views[RecordKind.ENDPOINT].blind,
-            "liveness": self._liveness_rules(),
+            "liveness": liveness_rules(self._kernel, self._locks.mode),
             **thread_health(None if self.read_only else self._heartbeat, self._rescans),
         }
-
-    def _liveness_rules(self) -> dict[str, Any]:
-        """Which rule judges the owners of the records this client sees (docs/design.md §6)."""
-        if self._owners is None:
-            why = "soft locks: clients may be on other hosts" if self._locks.mode == "soft" else "no kernel id"
-            return {"rule": f"mtime ({why})", "owners": {}}
-        owners = self._owners.rules()
-        if self._owner_lock.held:
-            owners[f"{self._instance_id:016x}"] = "kernel: held (this client)"
-        return {"rule": "kernel where an owner holds its lock, else mtime", "owners": owners}
-
-    def _hold_owner_lock(self) -> None:
-        """Hold this writer's owner lock (:mod:`.owner_lock`) on a store where the kernel tells
-        liveness; a store that refuses leaves its records to the mtime rule (said once)."""
-        if not self._kernel_rule or self._owner_lock.held:
-            return
-        try:
-            self._owner_lock.acquire()
-        except (OSError, DiscoveryError) as exc:
-            log.warning(
-                "cannot hold the owner lock of %016x in %s (readers judge this client's records by their "
-                "mtimes instead): %s", self._instance_id, self._lock_dir.path, exc,
-            )  # fmt: skip
 
     def _backend_metrics(self) -> BackendFigures:
         return figures(None if self.read_only else self._heartbeat, self._rescans, self._watcher)
@@ -426,10 +377,7 @@ class FileDiscovery(Discovery):
         details = diagnose_store(self.layout, *modes, self.max_record_bytes, read_only=self.read_only)
         report["problems"].extend(details.pop("problems"))
         report.update(details)
-        if self._owners is not None:  # the owners of what the store holds now, probed now
-            self.rescan()
-            self._owners.check()
-        report["liveness"] = self._liveness_rules()
+        report["liveness"] = liveness_rules(self._kernel, self._locks.mode, rescan=self.rescan)
 
     def _collect_garbage(self, dry_run: bool, progress: Callable[[float, float], None] | None) -> CollectedGarbage:
         """See :mod:`.garbage`: dead records the store does not let this user delete (a read-only
@@ -439,11 +387,10 @@ class FileDiscovery(Discovery):
     def _close(self) -> None:
         self._stopping.set()
         self._heartbeat.stop()
-        self._owner_lock.release()  # after the records (shutdown() removed them): readers sweep what is left
+        if self._kernel is not None:  # after the records (shutdown() removed them): readers sweep what is left
+            self._kernel.stop()
         self._link.stop()
         self._rescans.thread.stop()
-        if self._owners is not None:
-            self._owners.thread.stop()
         self._notifier.stop()
         self._locks.close()
         self._feeds.close_all()
@@ -522,7 +469,8 @@ class FileDiscovery(Discovery):
     def _claim(self, cohort: object) -> None:
         assert self._fence_check is not None  # only a cohort member claims
         self._fence_check.claim()
-        self._hold_owner_lock()  # the logical id's name: a frozen predecessor's lock counts no longer
+        if self._kernel is not None:  # the logical id's name: a frozen predecessor's lock counts no longer
+            self._kernel.hold()
 
     def _take_over(self, instance: DiscoveryInstance) -> None:
         self._own.write(instance, create_only=False)

@@ -36,6 +36,7 @@ from discovery_sync.retry import Retry
 from .directory import StoreDirectory
 from .oserrors import storage_error
 from .softlock import DEFAULT_STALE_AFTER, SoftLocks
+from .wire import refresh_listing
 
 LOCK_MODES = ("hard", "soft")
 RETRY_INTERVAL = 0.002
@@ -78,7 +79,8 @@ class StoreLocks:
 
     @contextlib.contextmanager
     def hold(self, bucket: StoreDirectory, lock_dir: StoreDirectory, marker: str) -> Iterator[None]:
-        """Lock ``bucket`` (hard) or the marker file named ``marker`` in ``lock_dir`` (soft)."""
+        """Lock ``bucket`` (hard) or the marker file named ``marker`` in ``lock_dir`` (soft; then the
+        bucket's listing is refreshed under the lock: a network mount's may be stale)."""
         if self._soft_locks is not None:
             path = lock_dir.path / marker
             with lock_dir.use() as dir_fd:
@@ -87,6 +89,7 @@ class StoreLocks:
                 except OSError as exc:  # not the body's errors: those are the caller's
                     raise storage_error(exc, f"cannot take the soft lock {path}") from exc
                 try:
+                    _refresh(bucket)
                     yield
                 finally:
                     self._soft_locks.release(held)
@@ -157,3 +160,12 @@ def _describe_pid(pid: int) -> str:
     except OSError:
         return f"pid {pid} (its name is unknown: it has exited or is not visible)"
     return f"pid {pid} ({name}{', this process' if pid == os.getpid() else ''})"
+
+
+def _refresh(bucket: StoreDirectory) -> None:
+    """Refresh the mount's cached listing of ``bucket`` (:func:`.wire.refresh_listing`)."""
+    try:
+        with bucket.use() as dir_fd:
+            refresh_listing(dir_fd)
+    except OSError as exc:
+        raise storage_error(exc, f"cannot refresh the listing of {bucket.path} under its lock") from exc

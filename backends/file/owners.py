@@ -24,13 +24,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
 
 from discovery_sync.clock import SYSTEM, Clock
 from discovery_sync.errors import DiscoveryError
 from discovery_sync.periodic import PeriodicThread
 
 from .directory import StoreDirectory
-from .owner_lock import OwnerState, owner_id_of, probe_owner, remove_released
+from .failover import kernel_id
+from .owner_lock import OwnerLock, OwnerState, owner_id_of, probe_owner, remove_released
 from .view import BucketView
 
 log = logging.getLogger("discovery_sync.backends.file")
@@ -109,6 +112,91 @@ class OwnerWatch:
         else:
             log.error("thread %s: probing the owners' locks failed unexpectedly", THREAD_NAME, exc_info=exc)
         return isinstance(exc, Exception)
+
+
+class KernelRule:
+    """One client's side of the kernel's rule: its own owner lock (held while it writes) and the
+    :class:`OwnerWatch` of the records it sees. :meth:`for_store` makes one where the rule applies."""
+
+    def __init__(self, lock: OwnerLock, watch: OwnerWatch) -> None:
+        self.lock, self.watch = lock, watch
+
+    @classmethod
+    def for_store(
+        cls,
+        lock_mode: str,
+        lock_dir: StoreDirectory,
+        instance_id: int,
+        views: Iterable[BucketView],
+        *,
+        cohort: bool,
+        interval: float,
+        sweep: Callable[[], None],
+        cleans: bool,
+        on_crash: Callable[[BaseException], None],
+        clock: Clock = SYSTEM,
+    ) -> KernelRule | None:
+        """The rule for a client of a store with ``lock_mode`` locks (None: the mtime rule alone,
+        since clients of a ``soft`` store may be on other hosts); ``cohort``: ``instance_id`` is a
+        cohort's logical id; the rest as :class:`OwnerWatch` takes it."""
+        if lock_mode != "hard" or kernel_id() is None:
+            return None
+        watch = OwnerWatch(
+            lock_dir, views, interval=interval, sweep=sweep, cleans=cleans, on_crash=on_crash, clock=clock
+        )
+        return cls(OwnerLock(lock_dir, instance_id, cohort=cohort), watch)
+
+    def start(self, *, hold: bool) -> None:
+        """Start probing; ``hold``: hold this client's owner lock first."""
+        if hold:
+            self.hold()
+        self.watch.thread.start()
+
+    def hold(self) -> None:
+        """Hold this client's owner lock (idempotent); a store that refuses leaves this client's
+        records to the mtime rule (said in a warning)."""
+        if self.lock.held:
+            return
+        try:
+            self.lock.acquire()
+        except (OSError, DiscoveryError) as exc:
+            log.warning(
+                "cannot hold the owner lock of %016x in %s (readers judge this client's records by their "
+                "mtimes instead): %s", self.lock.instance_id, self.lock.lock_dir.path, exc,
+            )  # fmt: skip
+
+    def probe(self, instance_id: int) -> OwnerState:
+        return probe_owner(self.lock.lock_dir, instance_id)
+
+    def notifications(self) -> tuple[Path, Callable[[str], None]]:
+        """The directory whose files' closes tell of an owner's death, and whom to tell."""
+        return self.lock.lock_dir.path, self.watch.notified
+
+    def rules(self) -> dict[str, str]:
+        """:meth:`OwnerWatch.rules`, this client's own lock included."""
+        owners = self.watch.rules()
+        if self.lock.held:
+            owners[f"{self.lock.instance_id:016x}"] = "kernel: held (this client)"
+        return owners
+
+    def stop(self) -> None:
+        """Release the owner lock (the records are gone: readers sweep what is left) and stop probing."""
+        self.lock.release()
+        self.watch.thread.stop()
+
+
+def liveness_rules(
+    rule: KernelRule | None, lock_mode: str, *, rescan: Callable[[], None] | None = None
+) -> dict[str, Any]:
+    """What ``status()`` and ``doctor`` say of liveness: the rule, and which one judges each owner
+    (``rescan``: for ``doctor``, read the store and probe every owner first)."""
+    if rule is not None and rescan is not None:
+        rescan()
+        rule.watch.check()
+    if rule is None:
+        why = "soft locks: clients may be on other hosts" if lock_mode == "soft" else "no kernel id"
+        return {"rule": f"mtime ({why})", "owners": {}}
+    return {"rule": "kernel where an owner holds its lock, else mtime", "owners": rule.rules()}
 
 
 def _rule(state: OwnerState) -> str:

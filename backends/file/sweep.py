@@ -96,8 +96,6 @@ class Sweeper:
                     unchanged = self._recheck(view, dir_fd, name, entry)
                     if unchanged is None:
                         break
-                    if unchanged and not self._still_released(entry):
-                        continue
                     changes += view.expire(name) if unchanged else view.read_name(name)
         except DirectoryClosed:  # a read-only client's bucket went away: its next scan empties the view
             pass
@@ -141,8 +139,6 @@ class Sweeper:
             if unchanged is not None and not leftover:
                 changes += view.read_name(name)
             return unchanged is not None
-        if not self._still_released(entry):
-            return True
         if dry_run:
             if not leftover:
                 result.append(key)
@@ -164,10 +160,7 @@ class Sweeper:
             view.forget_leftover(name)
             return True
         if removed:
-            if entry.owner is OwnerState.RELEASED:
-                log.info("removed %s/%s: its owner's process ended (its lock was released)", view.kind.bucket, name)
-            else:
-                log.info("removed %s/%s: no heartbeat for %.1f s", view.kind.bucket, name, view.dead_after)
+            _log_removed(view, name, entry)
             result.append(key)
         changes += view.read_name(name)
         return True
@@ -181,15 +174,23 @@ class Sweeper:
         return self._probe(entry.valid.instance_id) is OwnerState.RELEASED
 
     def _recheck(self, view: BucketView, dir_fd: int, name: str, entry: Entry) -> bool | None:
-        """:func:`_still_unchanged`, or None when the answer took so long that the store stalled:
+        """:func:`_still_unchanged` (and, for a record judged dead by its owner's released lock,
+        :meth:`_still_released`), or None when the answer took so long that the store stalled:
         then every clock of the view starts again."""
         began = self._clock.monotonic()
         unchanged = _still_unchanged(dir_fd, name, entry)
         took = self._clock.monotonic() - began
         if took <= STALL_AFTER:
-            return unchanged
+            return unchanged and self._still_released(entry)
         view.stalled(f"re-checking {view.kind.bucket}/{printable(name)} before judging it dead took {took:.1f} s")
         return None
+
+
+def _log_removed(view: BucketView, name: str, entry: Entry) -> None:
+    if entry.owner is OwnerState.RELEASED:
+        log.info("removed %s/%s: its owner's process ended (its lock was released)", view.kind.bucket, name)
+    else:
+        log.info("removed %s/%s: no heartbeat for %.1f s", view.kind.bucket, name, view.dead_after)
 
 
 def _still_unchanged(dir_fd: int, name: str, entry: Entry) -> bool:

@@ -51,7 +51,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from discovery_sync.clock import SYSTEM, Clock
 from discovery_sync.errors import ValidationError
@@ -829,3 +829,15 @@ def restart_clocks_of(views: Iterable[BucketView]) -> None:
     clocks start again (another bucket's next scan may be quick and still older than the stall)."""
     for view in views:
         view.restart_clocks()
+
+
+def bucket_views(
+    directories: Mapping[RecordKind, StoreDirectory], dead_after: float, **options: Any
+) -> dict[RecordKind, BucketView]:
+    """A view of each bucket (``options``: as :class:`BucketView` takes them); a read of one that
+    stalls starts every view's clocks again (:func:`restart_clocks_of`)."""
+    views: dict[RecordKind, BucketView] = {}
+    for kind, directory in directories.items():
+        on_stall = lambda: restart_clocks_of(views.values())  # noqa: E731 - the views made by then
+        views[kind] = BucketView(kind, directory, dead_after, on_stall=on_stall, **options)
+    return views
