@@ -17,6 +17,11 @@ guesses from mtimes, whether the owner is alive:
   device than the reader's (a client of another host of a network store, a reference worker):
   the mtime rule decides.
 
+A lock speaks only for records of its own user: a reader applies a probe to a record only when
+the owner file's uid is the record file's (:class:`OwnerProbe`), so another user of a shared
+store can neither keep a dead writer's records alive nor make a live one's dead by planting an
+owner file under its name.
+
 The file's content (JSON) names the kernel (its boot id) and the device the lock was taken on,
 the process and the instance id; a lock is trusted only on the same kernel and device, as the
 failover lock's markers are (:mod:`.failover`). A forked child must not keep its parent alive:
@@ -46,6 +51,7 @@ import socket
 import stat
 import threading
 import weakref
+from typing import NamedTuple
 
 import orjson
 
@@ -76,6 +82,16 @@ class OwnerState(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+class OwnerProbe(NamedTuple):
+    """A probe's answer: the lock's ``state`` and the owner file's ``uid`` (None: no file)."""
+
+    state: OwnerState
+    uid: int | None = None
+
+
+_UNKNOWN = OwnerProbe(OwnerState.UNKNOWN)
 
 
 # every lock held by this process, closed in each child at fork
@@ -172,29 +188,35 @@ def _write_content(fd: int, instance_id: int, device: int, cohort: bool) -> None
 
 
 def probe_owner(lock_dir: StoreDirectory, instance_id: int) -> OwnerState:
+    """Whether the writer ``instance_id`` is alive, as the kernel knows it: :func:`probe_owner_file`'s state."""
+    return probe_owner_file(lock_dir, instance_id).state
+
+
+def probe_owner_file(lock_dir: StoreDirectory, instance_id: int) -> OwnerProbe:
     """Whether the writer ``instance_id`` is alive, as the kernel knows it (see the module
-    docstring). Never blocks: a FIFO, a symlink or a file of another kernel is UNKNOWN."""
+    docstring), and whose file says so. Never blocks: a FIFO, a symlink or a file of another
+    kernel is UNKNOWN."""
     kernel = kernel_id()
     if kernel is None:
-        return OwnerState.UNKNOWN
+        return _UNKNOWN
     try:
         with lock_dir.use() as dir_fd:
             fd = os.open(owner_name(instance_id), _READ_FLAGS, dir_fd=dir_fd)
     except (OSError, DirectoryClosed):
-        return OwnerState.UNKNOWN  # none, a symlink, a FIFO without a writer, a closed client...
+        return _UNKNOWN  # none, a symlink, a FIFO without a writer, a closed client...
     try:
         status = os.fstat(fd)
         content = _content_of_this_kernel(fd, kernel, status.st_dev) if stat.S_ISREG(status.st_mode) else None
         if content is None:
-            return OwnerState.UNKNOWN
+            return _UNKNOWN
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
-            return OwnerState.HELD
+            return OwnerProbe(OwnerState.HELD, status.st_uid)
         except OSError:
-            return OwnerState.UNKNOWN
+            return _UNKNOWN
         fcntl.flock(fd, fcntl.LOCK_UN)
-        return OwnerState.VACANT if content.get("cohort") is True else OwnerState.RELEASED
+        return OwnerProbe(OwnerState.VACANT if content.get("cohort") is True else OwnerState.RELEASED, status.st_uid)
     finally:
         os.close(fd)
 

@@ -33,7 +33,7 @@ from discovery_sync.periodic import PeriodicThread
 
 from .directory import StoreDirectory
 from .failover import kernel_id
-from .owner_lock import OwnerLock, OwnerState, owner_id_of, probe_owner, remove_released
+from .owner_lock import OwnerLock, OwnerProbe, OwnerState, owner_id_of, probe_owner_file, remove_released
 from .view import BucketView
 
 log = logging.getLogger("discovery_sync.backends.file")
@@ -82,9 +82,10 @@ class OwnerWatch:
                 return
         probed_at = self._clock.monotonic()
         owners = set().union(*(view.owner_ids() for view in self._views))
-        states = {owner: probe_owner(self._lock_dir, owner) for owner in owners}
+        probes = {owner: probe_owner_file(self._lock_dir, owner) for owner in owners}
+        states = {owner: probe.state for owner, probe in probes.items()}
         self.states = states
-        died = [view.judge_owners(states, probed_at) for view in self._views]
+        died = [view.judge_owners(probes, probed_at) for view in self._views]
         if any(died):
             self._sweep()
         if self._cleans:
@@ -165,8 +166,8 @@ class KernelRule:
                 "mtimes instead): %s", self.lock.instance_id, self.lock.lock_dir.path, exc,
             )  # fmt: skip
 
-    def probe(self, instance_id: int) -> OwnerState:
-        return probe_owner(self.lock.lock_dir, instance_id)
+    def probe(self, instance_id: int) -> OwnerProbe:
+        return probe_owner_file(self.lock.lock_dir, instance_id)
 
     def notifications(self) -> tuple[Path, Callable[[str], None]]:
         """The directory whose files' closes tell of an owner's death, and whom to tell."""

@@ -38,7 +38,7 @@ from discovery_sync.identity import RecordKind
 
 from .directory import DirectoryClosed
 from .names import id_of_name, printable
-from .owner_lock import OwnerState
+from .owner_lock import OwnerProbe, OwnerState
 from .view import STALL_AFTER, BucketView, Changes, Entry
 from .wire import remove_record, stat_regular
 
@@ -51,7 +51,7 @@ class Sweeper:
     methods return the changes of the view (records Removed, or read again), for the caller to
     publish: call them holding the view's ``publishing`` lock."""
 
-    def __init__(self, clock: Clock = SYSTEM, *, probe: Callable[[int], OwnerState] | None = None) -> None:
+    def __init__(self, clock: Clock = SYSTEM, *, probe: Callable[[int], OwnerProbe] | None = None) -> None:
         """``probe(instance_id)``: the owner lock's state now (None: the store has no owner locks)."""
         self._clock = clock
         self._probe = probe
@@ -171,7 +171,8 @@ class Sweeper:
         it. True otherwise."""
         if entry.owner is not OwnerState.RELEASED or self._probe is None or entry.valid is None:
             return True
-        return self._probe(entry.valid.instance_id) is OwnerState.RELEASED
+        probe = self._probe(entry.valid.instance_id)
+        return probe.state is OwnerState.RELEASED and probe.uid == entry.uid
 
     def _recheck(self, view: BucketView, dir_fd: int, name: str, entry: Entry) -> bool | None:
         """:func:`_still_unchanged` (and, for a record judged dead by its owner's released lock,

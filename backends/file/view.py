@@ -50,7 +50,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from discovery_sync.clock import SYSTEM, Clock
@@ -64,7 +64,7 @@ from discovery_sync.reconcile import Change, apply
 from .directory import DirectoryClosed, StoreDirectory
 from .liveness import Patience
 from .names import may_be_record, printable, record_from
-from .owner_lock import OwnerState
+from .owner_lock import OwnerProbe, OwnerState
 from .survey import DirState, Survey, dir_state, gone, now_ns, settled, survey
 from .wire import DEFAULT_MAX_RECORD_BYTES, RecordTooLarge, read_regular, stat_entry, unread_reason
 
@@ -126,6 +126,7 @@ class Entry:
     step_ns: int = 0  # the last step seen, which the next one must confirm (:meth:`BucketView._moved`)
     slack: float = 0.0  # seconds it may stand still beyond dead_after (a writer that beats slower)
     owner: OwnerState = OwnerState.UNKNOWN  # its owner's lock, as last probed (:mod:`.owners`)
+    uid: int = -1  # the file's owner: only an owner file of the same user speaks for it
 
     @property
     def due(self) -> float:
@@ -142,6 +143,17 @@ def owner_due(owner: OwnerState, mtime_due: float) -> float:
     if owner is OwnerState.HELD:
         return float("inf")
     return float("-inf") if owner is OwnerState.RELEASED else mtime_due
+
+
+@dataclass(slots=True)
+class _OwnerMemo:
+    """What :meth:`BucketView.owner_ids` found and the probes :meth:`BucketView.judge_owners`
+    applied, each at a change count of the view (-1: none): an idle view answers from here."""
+
+    ids_at: int = -1
+    ids: frozenset[int] = frozenset()
+    judged_at: int = -1
+    judged: Mapping[int, OwnerProbe] = field(default_factory=dict)
 
 
 @dataclass(slots=True, frozen=True)
@@ -221,10 +233,9 @@ class BucketView:
         self._new_slack = patience.slack(0) if patience is not None else 0.0
         self._blind: str | None = None  # why nothing is judged dead now
         self._unwarned: set[str] = set()  # names of entries with a problem warn_pending() has not said yet
-        # when this reader last saw a file of the bucket change (a heartbeat, a new content): the
-        # store takes someone's writes (the client's Sight)
-        self.moved_at = float("-inf")
+        self.moved_at = float("-inf")  # a file last seen to change (beat, new content): writes reach the store
         self._scan_cost = UsualDuration()  # of a scan: a far longer one was stalled
+        self._owner_memo = _OwnerMemo()
 
     # -- the named scans ------------------------------------------------------------------------
     def unchanged(self, name_prefix: str = "") -> bool:
@@ -468,7 +479,7 @@ class BucketView:
     def _store(self, name: str, entry: Entry, st: os.stat_result, raw: bytes, now: float, out: Changes | None) -> None:
         """Keep ``entry``, a new content under ``name`` (its ``valid`` the old value, if any), and
         note what it changes: a record Added or changed, or a content that is not served."""
-        entry.read_at, entry.ctime_ns, entry.slack = now, st.st_ctime_ns, self._new_slack
+        entry.read_at, entry.ctime_ns, entry.slack, entry.uid = now, st.st_ctime_ns, self._new_slack, st.st_uid
         old = entry.valid
         self._entries[name] = entry
         self._changes += 1
@@ -554,7 +565,7 @@ class BucketView:
         seen_at = entry.seen_at if entry is not None and entry.mtime_ns == st.st_mtime_ns else now
         self._changes += 1
         unread = Entry(st.st_ino, st.st_size, st.st_mtime_ns, seen_at, None, old, read_at=now, problem=problem)
-        unread.ctime_ns, unread.slack = st.st_ctime_ns, self._new_slack
+        unread.ctime_ns, unread.slack, unread.uid = st.st_ctime_ns, self._new_slack, st.st_uid
         self._entries[name] = unread
         self._unwarned.add(name)
 
@@ -659,29 +670,42 @@ class BucketView:
             records = [(n, e) for n, e in self._entries.items() if n not in owned and e.due < alive_since]
             return records + [(n, e) for n, e in self._leftovers.items() if e.seen_at + e.slack < alive_since]
 
-    def owner_ids(self) -> set[int]:
+    def owner_ids(self) -> frozenset[int]:
         """The instance ids of the records this view holds: the owners whose locks tell whether
-        they are alive (:mod:`.owners`)."""
+        they are alive (:mod:`.owners`). Kept while the view does not change (an idle store)."""
         with self.lock:
-            return {e.valid.instance_id for e in self._entries.values() if e.valid is not None}
+            memo = self._owner_memo
+            if memo.ids_at != self._changes:
+                memo.ids = frozenset(e.valid.instance_id for e in self._entries.values() if e.valid is not None)
+                memo.ids_at = self._changes
+            return memo.ids
 
-    def judge_owners(self, states: Mapping[int, OwnerState], probed_at: float) -> bool:
-        """Give each record the state the probe of its owner's lock found (``states``, by instance
-        id; the probe began at ``probed_at`` on the clock). A record read since then may be a new
-        owner's: a release does not concern it (the next probe does). True when a record is dead
-        by this (its owner's lock was released)."""
-        died = False
+    def judge_owners(self, probes: Mapping[int, OwnerProbe], probed_at: float) -> bool:
+        """Give each record the state the probe of its owner's lock found (``probes``, by instance
+        id; the probe began at ``probed_at`` on the clock), if the owner file is of the record's
+        user (else: unknown). A record read since then may be a new owner's: a release does not
+        concern it (the next probe does). True when a record is dead by this (its owner's lock
+        was released)."""
+        died = waiting = False
         with self.lock:
+            memo = self._owner_memo
+            if (memo.judged_at, memo.judged) == (self._changes, probes):
+                return False  # nothing changed since the same answers were applied
             for entry in self._entries.values():
                 valid = entry.valid
-                state = states.get(valid.instance_id) if valid is not None else None
-                if state is None or state is entry.owner:
+                probe = probes.get(valid.instance_id) if valid is not None else None
+                if probe is None:
+                    continue
+                state = probe.state if probe.uid == entry.uid else OwnerState.UNKNOWN
+                if state is entry.owner:
                     continue
                 if state is OwnerState.RELEASED and entry.read_at > probed_at:
+                    waiting = True  # judged by the next probe, even if it answers the same
                     continue
                 entry.owner = state
                 self._changes += 1
                 died = died or (state is OwnerState.RELEASED and not entry.expired)
+            memo.judged_at, memo.judged = (-1, {}) if waiting else (self._changes, dict(probes))
         return died
 
     def suspects(self, owned: frozenset[str]) -> int:

@@ -6,12 +6,15 @@ comes while they stand still came from the kernel, not from the mtime rule."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import time
 from pathlib import Path
 
+import orjson
 import pytest
 from discovery_sync.backends.file.directory import StoreDirectory
+from discovery_sync.backends.file.failover import kernel_id
 from discovery_sync.backends.file.owner_lock import OwnerState, owner_name, probe_owner
 
 import discovery_sync as ds
@@ -157,3 +160,54 @@ def test_a_cohort_successor_takes_the_logical_ids_owner_name_and_its_predecessor
         assert probe_owner(directory, logical) is OwnerState.UNKNOWN  # gone with the successor
     finally:
         directory.close()
+
+
+def plant_owner_file(store: Path, instance_id: int, *, uid: int, locked: bool) -> int:
+    """Put an owner file of user ``uid`` under ``instance_id``'s name, naming this kernel and
+    device, as another user of a shared store could (locked by this process, or not), then close
+    a write of it so that readers probe at once. Its descriptor (the caller closes it)."""
+    locks = store / ".locks"
+    planted = locks / "planted"
+    content = {"instance_id": f"{instance_id:016x}", "kernel": kernel_id(), "device": os.stat(locks).st_dev, "pid": 1}
+    planted.write_bytes(orjson.dumps(content))
+    os.chown(planted, uid, uid)
+    fd = os.open(planted, os.O_RDONLY)
+    if locked:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    planted.rename(locks / owner_name(instance_id))
+    with open(locks / owner_name(instance_id), "ab"):  # a close after a write: the readers' cue
+        pass
+    return fd
+
+
+def test_another_users_owner_file_keeps_no_dead_writer_alive(store, steps, readers, peers):
+    reader = readers()
+    peer = Peer(url(store), RECORDS)
+    peers.append(peer)
+    with reader.list_and_watch(ds.Query.endpoints("ns", "peer")) as watch:
+        initial_state(watch)
+        owner = f"{peer.info['instance_id']:016x}"
+        wait_until(lambda: reader.status()["liveness"]["owners"].get(owner) == "kernel: held", "the owner's probe")
+        fd = plant_owner_file(store, peer.info["instance_id"], uid=65534, locked=True)
+        try:
+            peer.kill()
+            wait_until(lambda: reader.status()["liveness"]["owners"].get(owner) == "kernel: held", "a probe of it")
+            event, _ = steps.until_event(watch, TTL / 4, 30)  # the mtime rule's time: not forever
+            assert isinstance(event, ds.Removed)
+        finally:
+            os.close(fd)
+
+
+def test_another_users_owner_file_makes_no_live_writer_dead(store, readers, peers):
+    reader = readers()
+    peer = Peer(url(store), RECORDS)
+    peers.append(peer)
+    with reader.list_and_watch(ds.Query.endpoints("ns", "peer")) as watch:
+        initial_state(watch)
+        owner = f"{peer.info['instance_id']:016x}"
+        fd = plant_owner_file(store, peer.info["instance_id"], uid=65534, locked=False)
+        os.close(fd)
+        wait_until(lambda: reader.status()["liveness"]["owners"].get(owner) == "kernel: released", "a probe of it")
+        assert_quiet(watch, 0)
+    assert len(reader.list(ds.Query.endpoints())) == RECORDS
+    assert len(peer_files(store, peer)) == RECORDS
