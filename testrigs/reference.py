@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -82,6 +83,8 @@ class RustPeer:
             env=full_env,
         )
         self._stderr: deque[str] = deque(maxlen=200)
+        #: what the test's side knows when the peer does not answer (e.g. the requests a fake server saw)
+        self.context: Callable[[], str] | None = None
         self._replies: queue.Queue[str] = queue.Queue()
         pid = self.process.pid
         threading.Thread(target=self._drain_stderr, name=f"reference-peer-{pid}-stderr", daemon=True).start()
@@ -115,7 +118,8 @@ class RustPeer:
         except queue.Empty:
             line = ""
         if not line:
-            raise PeerError(f"the reference peer did not answer {cmd!r}; its log:\n" + self.log())
+            context = f"\nmeanwhile: {self.context()}" if self.context is not None else ""
+            raise PeerError(f"the reference peer did not answer {cmd!r}; its log:\n{self.log()}{context}")
         reply: dict[str, Any] = json.loads(line)
         if "error" in reply:
             raise PeerError(f"{cmd} failed in the reference peer: {reply['error']}\n{self.log()}")

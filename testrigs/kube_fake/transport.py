@@ -67,6 +67,10 @@ class HttpServer(ThreadingHTTPServer):
 
     daemon_threads = True
     allow_reuse_address = True
+    # a real apiserver (Go) listens with the kernel's largest backlog; socketserver's default of 5
+    # drops connections that arrive while its accept thread waits for the GIL (the client's SYN is
+    # then retried after 1, 3, 7, 15 s...)
+    request_queue_size = 4096
 
     def __init__(
         self,

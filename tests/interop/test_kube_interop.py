@@ -71,13 +71,21 @@ def rust_kube_peer(kube_server: FakeKubeServer, kubeconfig: Path, rust_peers, tm
             "DYN_LOG": "warn,dynamo_runtime::discovery=debug",  # for serve()'s message when a CR is late
         }
         if not (isolate and LoopbackNamespace.available()):
-            return rust_peers("kubernetes", env)
+            return seen_by_the_fake(rust_peers("kubernetes", env))
         namespace = LoopbackNamespace(kube_server.port)
         namespaces.append(namespace)
         bridged = tmp_path / f"kubeconfig-{pod_name}"
         bridged.write_text(kubeconfig.read_text().replace(kube_server.url, f"http://127.0.0.1:{namespace.port}"))
         env["KUBECONFIG"] = str(bridged)
-        return rust_peers("kubernetes", env, prefix=namespace.prefix)
+        return seen_by_the_fake(rust_peers("kubernetes", env, prefix=namespace.prefix))
+
+    def seen_by_the_fake(peer: RustPeer) -> RustPeer:
+        """A peer that says, when it does not answer, what the fake server saw meanwhile."""
+        peer.context = lambda: (
+            f"the fake's last requests {[(r.method, r.path) for r in kube_server.requests()[-12:]]}, "
+            f"requests whose body it is reading {kube_server.requests_arriving()}"
+        )
+        return peer
 
     yield start
     for namespace in namespaces:
