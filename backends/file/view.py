@@ -138,11 +138,17 @@ class Entry:
         return owner_due(self.owner, self.seen_at + self.slack)
 
 
+_HELD, _RELEASED, _UNKNOWN = OwnerState.HELD, OwnerState.RELEASED, OwnerState.UNKNOWN  # hot path: no enum lookups
+_NEVER, _NOW = float("inf"), float("-inf")
+
+
 def owner_due(owner: OwnerState, mtime_due: float) -> float:
     """:attr:`Entry.due` for an owner in state ``owner`` and an mtime rule's ``mtime_due``."""
-    if owner is OwnerState.HELD:
-        return float("inf")
-    return float("-inf") if owner is OwnerState.RELEASED else mtime_due
+    if owner is _UNKNOWN:
+        return mtime_due
+    if owner is _HELD:
+        return _NEVER
+    return _NOW if owner is _RELEASED else mtime_due
 
 
 @dataclass(slots=True)
