@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -211,3 +212,20 @@ def test_another_users_owner_file_makes_no_live_writer_dead(store, readers, peer
         assert_quiet(watch, 0)
     assert len(reader.list(ds.Query.endpoints())) == RECORDS
     assert len(peer_files(store, peer)) == RECORDS
+
+
+def test_a_frozen_plain_writer_stays_until_its_process_dies(store, steps, readers, peers):
+    """Decided (docs/design.md §6): a SIGSTOPped writer holds its lock, so its records live on, as
+    a pod's do while the pod exists; only its death removes them."""
+    reader = readers()
+    peer = Peer(url(store), RECORDS)
+    peers.append(peer)
+    with reader.list_and_watch(ds.Query.endpoints("ns", "peer")) as watch:
+        initial_state(watch)
+        owner = f"{peer.info['instance_id']:016x}"
+        wait_until(lambda: reader.status()["liveness"]["owners"].get(owner) == "kernel: held", "the owner's probe")
+        peer.process.send_signal(signal.SIGSTOP)
+        steps.run(10 * TTL, TTL / 4)  # no heartbeat for ten TTLs of the reader
+        assert_quiet(watch, 0)
+        peer.kill()  # SIGKILL ends a stopped process too
+        assert removed(watch, RECORDS) == set(peer.info["paths"])
