@@ -6,10 +6,12 @@ comes while they stand still came from the kernel, not from the mtime rule."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
@@ -43,6 +45,24 @@ def removed(watch: ds.Watch, count: int) -> set[str]:
     events = [watch.get(timeout=WAIT) for _ in range(count)]
     assert all(isinstance(event, ds.Removed) for event in events), events
     return {event.id.to_path() for event in events if isinstance(event, ds.Removed)}
+
+
+@contextlib.contextmanager
+def watched_peer(
+    reader: ds.Discovery, store: Path, peers: list[Peer], **options: object
+) -> Iterator[tuple[Peer, ds.Watch]]:
+    """A peer process with RECORDS records, and ``reader``'s watch of them past its first Resync."""
+    peer = Peer(url(store, **options), RECORDS)
+    peers.append(peer)
+    with reader.list_and_watch(ds.Query.endpoints("ns", "peer")) as watch:
+        assert len(initial_state(watch)[1].instances) == RECORDS
+        yield peer, watch
+
+
+def wait_rule(reader: ds.Discovery, peer: Peer, rule: str) -> None:
+    """Wait until ``reader`` says ``rule`` judges ``peer`` (a probe of its lock has run)."""
+    owner = f"{peer.info['instance_id']:016x}"
+    wait_until(lambda: reader.status()["liveness"]["owners"].get(owner) == rule, f"{owner} judged by {rule}")
 
 
 @pytest.fixture
@@ -85,12 +105,8 @@ def test_a_live_writers_records_stay_whatever_their_mtimes_say(store, steps, rea
     """A clock stepped back an hour, a stray touch, mtimes that stand still for ten TTLs of the
     reader: the owner's lock is held, so the records live."""
     reader = readers()
-    peer = Peer(url(store, ttl=30), RECORDS)  # beats every 3.3 s of real time: not during this test
-    peers.append(peer)
-    owner = f"{peer.info['instance_id']:016x}"
-    with reader.list_and_watch(ds.Query.endpoints("ns", "peer")) as watch:
-        assert len(initial_state(watch)[1].instances) == RECORDS
-        wait_until(lambda: reader.status()["liveness"]["owners"].get(owner) == "kernel: held", "the owner's probe")
+    with watched_peer(reader, store, peers, ttl=30) as (peer, watch):  # it beats every 3.3 s: not during the test
+        wait_rule(reader, peer, "kernel: held")
         hour_ago = time.time() - 3600
         for path in peer_files(store, peer):
             os.utime(path, (hour_ago, hour_ago))  # as a writer whose wall clock stepped back
@@ -104,11 +120,8 @@ def test_a_live_writers_records_stay_whatever_their_mtimes_say(store, steps, rea
 
 def test_with_the_polling_observer_a_killed_writer_is_removed_at_the_next_poll(store, steps, readers, peers):
     reader = readers(observer="polling", poll_interval=0.5)
-    peer = Peer(url(store), RECORDS)
-    peers.append(peer)
-    with reader.list_and_watch(ds.Query.endpoints("ns", "peer")) as watch:
-        initial_state(watch)
-        wait_until(lambda: reader.status()["liveness"]["owners"], "the owner's first probe")
+    with watched_peer(reader, store, peers) as (peer, watch):
+        wait_rule(reader, peer, "kernel: held")
         peer.kill()
         event, _ = steps.until_event(watch, 0.5, 0.5)  # one poll interval of its clock, not a TTL
         assert isinstance(event, ds.Removed)
@@ -183,16 +196,12 @@ def plant_owner_file(store: Path, instance_id: int, *, uid: int, locked: bool) -
 
 def test_another_users_owner_file_keeps_no_dead_writer_alive(store, steps, readers, peers):
     reader = readers()
-    peer = Peer(url(store), RECORDS)
-    peers.append(peer)
-    with reader.list_and_watch(ds.Query.endpoints("ns", "peer")) as watch:
-        initial_state(watch)
-        owner = f"{peer.info['instance_id']:016x}"
-        wait_until(lambda: reader.status()["liveness"]["owners"].get(owner) == "kernel: held", "the owner's probe")
+    with watched_peer(reader, store, peers) as (peer, watch):
+        wait_rule(reader, peer, "kernel: held")
         fd = plant_owner_file(store, peer.info["instance_id"], uid=65534, locked=True)
         try:
             peer.kill()
-            wait_until(lambda: reader.status()["liveness"]["owners"].get(owner) == "kernel: held", "a probe of it")
+            wait_rule(reader, peer, "kernel: held")  # the planted file's: a probe of it ran
             event, _ = steps.until_event(watch, TTL / 4, 30)  # the mtime rule's time: not forever
             assert isinstance(event, ds.Removed)
         finally:
@@ -201,14 +210,9 @@ def test_another_users_owner_file_keeps_no_dead_writer_alive(store, steps, reade
 
 def test_another_users_owner_file_makes_no_live_writer_dead(store, readers, peers):
     reader = readers()
-    peer = Peer(url(store), RECORDS)
-    peers.append(peer)
-    with reader.list_and_watch(ds.Query.endpoints("ns", "peer")) as watch:
-        initial_state(watch)
-        owner = f"{peer.info['instance_id']:016x}"
-        fd = plant_owner_file(store, peer.info["instance_id"], uid=65534, locked=False)
-        os.close(fd)
-        wait_until(lambda: reader.status()["liveness"]["owners"].get(owner) == "kernel: released", "a probe of it")
+    with watched_peer(reader, store, peers) as (peer, watch):
+        os.close(plant_owner_file(store, peer.info["instance_id"], uid=65534, locked=False))
+        wait_rule(reader, peer, "kernel: released")
         assert_quiet(watch, 0)
     assert len(reader.list(ds.Query.endpoints())) == RECORDS
     assert len(peer_files(store, peer)) == RECORDS
@@ -218,12 +222,8 @@ def test_a_frozen_plain_writer_stays_until_its_process_dies(store, steps, reader
     """Decided (docs/design.md §6): a SIGSTOPped writer holds its lock, so its records live on, as
     a pod's do while the pod exists; only its death removes them."""
     reader = readers()
-    peer = Peer(url(store), RECORDS)
-    peers.append(peer)
-    with reader.list_and_watch(ds.Query.endpoints("ns", "peer")) as watch:
-        initial_state(watch)
-        owner = f"{peer.info['instance_id']:016x}"
-        wait_until(lambda: reader.status()["liveness"]["owners"].get(owner) == "kernel: held", "the owner's probe")
+    with watched_peer(reader, store, peers) as (peer, watch):
+        wait_rule(reader, peer, "kernel: held")
         peer.process.send_signal(signal.SIGSTOP)
         steps.run(10 * TTL, TTL / 4)  # no heartbeat for ten TTLs of the reader
         assert_quiet(watch, 0)
