@@ -85,9 +85,12 @@ class OwnedNames:
         return name
 
     def prune(self, owned: Mapping[DiscoveryInstanceId, object]) -> None:
-        """Forget the names of records no longer owned (once they outnumber the owned ones)."""
-        if len(self._names) > 2 * len(owned) + 16:
-            self._names = {i: n for i, n in self._names.items() if i in owned}
+        """Forget the names of records no longer owned (once they outnumber the owned ones). API
+        calls add names meanwhile: the items are copied first (one step under the GIL), and a
+        name added after the copy is encoded again when next asked for."""
+        names = self._names
+        if len(names) > 2 * len(owned) + 16:
+            self._names = {i: n for i, n in list(names.items()) if i in owned}
 
 
 class Fencing:

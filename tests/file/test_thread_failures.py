@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from discovery_sync.backends.file import liveness as file_liveness
+from discovery_sync.backends.file.layout import StoreLayout
 from discovery_sync.backends.file.softlock import SoftLocks
 from discovery_sync.backends.file.sweep import Sweeper
 
@@ -142,3 +143,23 @@ def test_the_soft_lock_refresher_survives_an_unexpected_error(store, monkeypatch
             assert thread_log.wait_for("thread discovery-sync-file-lock-refresh")
             assert locks._refresher.is_alive()
     assert escaped == []
+
+
+def test_pruning_the_heartbeats_names_while_a_call_adds_one_never_fails(tmp_path):
+    """Issue 37: with 50k records a heartbeat crashed in ``OwnedNames.prune`` ("dictionary changed
+    size during iteration"): it pruned while an API call (a register, the removals of a
+    shutdown) encoded a new name. Here the call comes in the middle of the prune, every time."""
+    layout = StoreLayout(tmp_path)
+    names = file_liveness.OwnedNames(layout)
+    ids = [ds.EndpointInstanceId("ns", "backend", "generate", i) for i in range(40)]
+    for instance_id in ids:
+        names(instance_id)
+    added = iter(range(1000, 2000))
+
+    class Racing(dict[Any, Any]):
+        def __contains__(self, key: object) -> bool:
+            names(ds.EndpointInstanceId("ns", "backend", "generate", next(added)))  # another thread's call
+            return super().__contains__(key)
+
+    names.prune(Racing({ids[0]: None}))
+    assert names(ids[0]) == layout.file_name(ids[0])
