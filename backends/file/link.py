@@ -15,7 +15,7 @@ back while the heartbeat works changes nothing (the heartbeat logs it).
 Every client, a read-only one included, is SUSPENDED too while its rescans fail (a bucket that
 cannot be read; for a read-only client, a store whose every bucket directory was removed after
 it saw one: a store that never existed is an empty one to it) or hang (a rescan under way for
-longer than ``max(2 s, 8 x a usual rescan)``: a stalled mount), and connected again once they
+longer than ``max(2 s, 8 x a usual rescan of as many files)``: a stalled mount), and connected again once they
 read the store.
 
 A beat or a rescan stalled in the kernel cannot report itself: the ``discovery-sync-file-link``

@@ -124,7 +124,8 @@ class Rescans:
         self._errors = dict.fromkeys(views, 0)  # failed scans in a row, by bucket
         self._last_error: dict[RecordKind | None, str | None] = {}
         self._report, self._progress = report, progress
-        self._scanning: dict[int, float] = {}  # rescans under way: thread ident -> when it began
+        # rescans under way: thread ident -> when it began, and its stall bound for the files then
+        self._scanning: dict[int, tuple[float, float]] = {}
         self._usual = UsualDuration()  # of a rescan, on the clock: see stall_after
         # a read-only client saw a bucket directory (a store that vanishes after that is gone)
         self._seen_store = any(view.directory.is_open for view in views.values())
@@ -160,7 +161,8 @@ class Rescans:
         cannot be read fails the watches of its kind only; the other buckets are scanned.
         Its duration is measured, under the scan it became (``durations``)."""
         started, began, me = time.perf_counter(), self._clock.monotonic(), threading.get_ident()
-        self._scanning[me] = began
+        files = self._files()  # as it begins: its sweeps may empty the views before it ends
+        self._scanning[me] = (began, self._usual.stall_after(files))
         if self._progress is not None:
             self._progress()
         try:
@@ -168,19 +170,26 @@ class Rescans:
         finally:
             del self._scanning[me]
             self.durations[scan].observe(time.perf_counter() - started)
-            self._usual.stalled(self._clock.monotonic() - began)  # a usual one joins the average
+            if scan != LISTING:  # most listing scans read nothing: the usual is that of those that read
+                self._usual.stalled(self._clock.monotonic() - began, files)  # a usual one joins the average
             if self._progress is not None:
                 self._progress()
 
     @property
     def scanning_since(self) -> float | None:
         """When the oldest rescan under way began, on the clock (None: none is)."""
-        return min(self._scanning.values(), default=None)
+        return min((began for began, _ in list(self._scanning.values())), default=None)
 
     @property
     def stall_after(self) -> float:
-        """A rescan under way longer than this is stalled by the store (a frozen mount)."""
-        return self._usual.stall_after
+        """A rescan under way longer than this is stalled by the store (a frozen mount): eight
+        times what a full or deep rescan of as many files as it began with usually takes, at
+        least 2 s (that of the oldest rescan under way; else of one that would begin now)."""
+        under_way = list(self._scanning.values())
+        return min(under_way)[1] if under_way else self._usual.stall_after(self._files())
+
+    def _files(self) -> int:
+        return sum(len(view) for view in self._views.values())
 
     def _rescan(self, scan: str, began: float) -> str:
         """:meth:`rescan`; the scan it ran (deep after the observer was restarted)."""

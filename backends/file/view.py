@@ -78,29 +78,39 @@ Gate = Callable[[str, "Content | None"], bool]
 MAX_NAMED_WARNINGS = 10
 #: ordered results of distinct queries kept for reuse by ``listed()`` (the oldest goes first)
 MAX_CACHED_LISTS = 16
-#: a scan longer than this, and than STALL_FACTOR times the usual, was stalled by the store
+#: a scan longer than this, and than STALL_FACTOR times the usual for as many files, was stalled by the store
 STALL_AFTER = 2.0
 STALL_FACTOR = 8.0
+#: seconds per file a scan is taken to need until one was measured (generous: a first scan of a big
+#: store under strace must not look stalled)
+FIRST_GUESS_PER_FILE = 200e-6
 #: the named scans, cheapest first
 LISTING, FULL, DEEP = "listing", "full", "deep"
 
 
 class UsualDuration:
-    """How long a store operation usually takes (a moving average of those not stalled): one
-    longer than :attr:`stall_after` was stalled by the store (a frozen mount)."""
+    """How long a store operation usually takes per file it handles (a moving average of those
+    not stalled): one longer than :meth:`stall_after` for its files was stalled by the store (a
+    frozen mount). Per file, so that a big healthy store (seconds a scan at 50k records) is
+    not taken for a frozen one; at least STALL_AFTER, so that a small one is not either."""
 
     def __init__(self) -> None:
-        self.seconds = 0.0
+        self.per_file = FIRST_GUESS_PER_FILE
+        self._measured = False
 
-    @property
-    def stall_after(self) -> float:
-        return max(STALL_AFTER, STALL_FACTOR * self.seconds)
+    def stall_after(self, files: int) -> float:
+        """Seconds after which an operation on ``files`` files is stalled."""
+        return max(STALL_AFTER, STALL_FACTOR * self.per_file * files)
 
-    def stalled(self, took: float) -> bool:
-        """Whether an operation that took ``took`` seconds was stalled; if not, it joins the average."""
-        if took > self.stall_after:
+    def stalled(self, took: float, files: int) -> bool:
+        """Whether an operation on ``files`` files that took ``took`` seconds was stalled; if not,
+        it joins the average."""
+        if took > self.stall_after(files):
             return True
-        self.seconds += (took - self.seconds) / 8
+        if files:
+            sample = took / files
+            self.per_file = self.per_file + (sample - self.per_file) / 8 if self._measured else sample
+            self._measured = True
         return False
 
 
@@ -291,7 +301,7 @@ class BucketView:
         try:
             return self._scan_directory(name_prefix, depth, gate, touched)
         finally:
-            self._timed(self._clock.monotonic() - started)
+            self._timed(self._clock.monotonic() - started, len(self._entries))
 
     def _scan_directory(self, name_prefix: str, depth: str, gate: Gate | None, touched: Touched | None) -> Changes:
         with contextlib.ExitStack() as using:
@@ -345,11 +355,13 @@ class BucketView:
     def _heard(self) -> bool:
         return self._subscribed is None or self._subscribed(self.kind)
 
-    def _timed(self, took: float) -> None:
-        """A scan took ``took`` seconds: one far slower than usual was stalled by the store (a frozen
-        mount), so what it read may be as old as its start: every clock starts again."""
-        if self._scan_cost.stalled(took):
-            self.stalled(f"a scan of {self.kind.bucket} took {took:.1f} s (usually {self._scan_cost.seconds:.2f} s)")
+    def _timed(self, took: float, files: int) -> None:
+        """A scan of ``files`` files took ``took`` seconds: one far slower than usual was stalled by
+        the store (a frozen mount), so what it read may be as old as its start: every clock starts
+        again."""
+        if self._scan_cost.stalled(took, files):
+            usual = self._scan_cost.per_file * files
+            self.stalled(f"a scan of {self.kind.bucket} took {took:.1f} s (usually {usual:.2f} s for {files} files)")
 
     def stalled(self, what: str) -> None:
         """The store stalled a read (``what``, for the log): while it did, no heartbeat could show,

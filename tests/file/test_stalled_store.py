@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -131,3 +132,34 @@ def test_a_stall_in_one_bucket_restarts_the_clocks_of_every_bucket(tmp_path, clo
     _rescan(reader)
     assert _stored(reader, endpoint, model) and _quiet(watches)
     assert _swept_within(reader, clock, 30.0, endpoint_path, model_path)
+
+
+def _crawling(clock: ManualClock, view: Any, per_file: float, files: int) -> Callable[..., object]:
+    """``view``'s scans take ``per_file`` seconds of the clock a file (``files`` at its first
+    scan, then as many as it holds): a healthy store that is slow, as much as its size says."""
+    action = view._scan_directory
+    scanned = []
+
+    def big_store(*args: object) -> object:
+        clock.advance(per_file * (len(view) if scanned else files))
+        scanned.append(True)
+        return action(*args)
+
+    return big_store
+
+
+def test_a_big_healthy_store_whose_scans_take_seconds_is_not_taken_for_a_frozen_one(tmp_path, clock, reader):
+    """Issue 37: a fixed 2 s bound took every scan of a 50k-record store for a stall, so every
+    clock restarted at each rescan and liveness judging stopped: a dead writer's records stayed
+    for ever, and the client was SUSPENDED. Here each scan takes 1 ms a file on the clock (3 s
+    for 3,000 files: slow, and as slow as its size says), and the dead writer's records go."""
+    files = 3000
+    store = tmp_path / "store"
+    written = [hand_written(store, f"e{i}", i + 1) for i in range(files)]
+    states: list[ds.ConnectionState] = []
+    reader.add_state_listener(lambda change: states.append(change.state))
+    endpoints = reader._views[ds.RecordKind.ENDPOINT]  # type: ignore[attr-defined]
+    endpoints._scan_directory = _crawling(clock, endpoints, 0.001, files)  # from its first scan
+    _watching(reader, *(record for record, _ in written))
+    assert _swept_within(reader, clock, 60.0, *(path for _, path in written))
+    assert states == []  # never SUSPENDED: its rescans made progress as usual for their size
