@@ -14,6 +14,10 @@ tasks and its Python bindings do not expose them, so the bar is the raw API on t
 * ``reads``: ``get()`` and ``len()`` in µs, and ``snapshot()`` right after a change (one copy of
   the map) and again without a change (cached), in µs, with ``--records`` entries.
 * ``lease``: ``lease_endpoint()`` + ``release()`` against ``register()`` + ``unregister()``, µs.
+* ``fanout``: ``--views`` live views on one client, then as many raw watches on another (each
+  drained by a thread of the benchmark's, as an application would): the threads each set adds to
+  the process, and for each of ``--fanout-changes`` registrations the time until every view
+  shows it, and until every watch has yielded it; p50/p99 in ms and the views/watches ratio.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import argparse
 import json
 import statistics
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -77,12 +82,18 @@ def delivery(connect: Callable[[], ds.Discovery], changes: int) -> dict[str, Any
 
 
 def timed_deliveries(
-    writer: ds.Discovery, name: str, changes: int, seen: Callable[[ds.DiscoveryInstance], None]
+    writer: ds.Discovery,
+    name: str,
+    changes: int,
+    seen: Callable[[ds.DiscoveryInstance], None],
+    *,
+    component: str = "backend",
 ) -> list[float]:
     """Seconds from each ``register()`` returning until ``seen`` returns for it."""
     samples = []
     for index in range(changes):
-        added = writer.register(endpoint(f"{name}-{index}"))
+        spec = endpoint(f"{name}-{index}")
+        added = writer.register(ds.EndpointSpec(spec.namespace, component, spec.endpoint, spec.transport))
         registered = time.perf_counter()
         seen(added)
         samples.append(time.perf_counter() - registered)
@@ -131,6 +142,63 @@ def initial_and_reads(connect: Callable[[], ds.Discovery], records: int) -> dict
         reader.shutdown()
 
 
+def fanout(connect: Callable[[], ds.Discovery], views: int, changes: int) -> dict[str, Any]:
+    writer, viewer, watcher = connect(), connect(), connect()
+    query = ds.Query.endpoints("bench", "fanout")
+    try:
+        before = threading.active_count()
+        opened = [viewer.live_view(query, key=lambda record: record.id()) for _ in range(views)]
+        view_threads = threading.active_count() - before
+
+        def in_views(added: ds.DiscoveryInstance) -> None:
+            for view in opened:
+                view.wait_for(lambda records: added.id() in records, timeout=30)
+
+        to_views = timed_deliveries(writer, "fanout-view", changes, in_views, component="fanout")
+        for view in opened:
+            view.close()
+        before = threading.active_count()
+        yielded = threading.Semaphore(0)
+        watches = [watcher.list_and_watch(query) for _ in range(views)]
+        drains = [threading.Thread(target=_drain, args=(watch, yielded), daemon=True) for watch in watches]
+        for drain in drains:
+            drain.start()
+        watch_threads = threading.active_count() - before
+
+        def in_watches(added: ds.DiscoveryInstance) -> None:
+            for _ in range(views):
+                yielded.acquire(timeout=30)
+
+        to_watches = timed_deliveries(writer, "fanout-watch", changes, in_watches, component="fanout")
+        for watch in watches:
+            watch.close()
+        views_p50, watches_p50 = statistics.median(to_views), statistics.median(to_watches)
+        return {
+            "views": views,
+            "changes": changes,
+            "threads_added": {"views": view_threads, "watches_and_their_consumers": watch_threads},
+            "views_ms": {"p50": round(views_p50 * 1e3, 3), "p99": round(percentile(to_views, 0.99) * 1e3, 3)},
+            "watches_ms": {"p50": round(watches_p50 * 1e3, 3), "p99": round(percentile(to_watches, 0.99) * 1e3, 3)},
+            "views_over_watches_p50": round(views_p50 / watches_p50, 2),
+        }
+    finally:
+        for client in (writer, viewer, watcher):
+            client.shutdown()
+
+
+def _drain(watch: ds.Watch, yielded: threading.Semaphore) -> None:
+    """An application's consumer of one watch: each Added after the first Resync is counted."""
+    synced = False
+    try:
+        for event in watch:
+            if isinstance(event, ds.Resync):
+                synced = True
+            elif synced and isinstance(event, ds.Added):
+                yielded.release()
+    except ds.WatchClosed:
+        return
+
+
 def lease(connect: Callable[[], ds.Discovery], repeat: int) -> dict[str, Any]:
     client = connect()
     try:
@@ -157,6 +225,9 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=10_000)
     parser.add_argument("--changes", type=int, default=200)
     parser.add_argument("--backend", choices=("file", "memory"), default="file")
+    parser.add_argument("--views", type=int, default=300)
+    parser.add_argument("--fanout-changes", type=int, default=50)
+    parser.add_argument("--only", choices=("fanout",), help="run this section alone")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-live-view-") as directory:
         url = f"file://{directory}/store?ttl={TTL}" if args.backend == "file" else f"memory://bench-{uuid.uuid4().hex}"
@@ -165,9 +236,11 @@ def main() -> None:
             return ds.connect(url)
 
         result: dict[str, Any] = {"backend": args.backend}
-        result["delivery"] = delivery(connect, args.changes)
-        result.update(initial_and_reads(connect, args.records))
-        result["lease"] = lease(connect, 200)
+        if args.only is None:
+            result["delivery"] = delivery(connect, args.changes)
+            result.update(initial_and_reads(connect, args.records))
+            result["lease"] = lease(connect, 200)
+        result["fanout"] = fanout(connect, args.views, args.fanout_changes)
     print(json.dumps(result, indent=2))
 
 

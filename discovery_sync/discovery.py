@@ -31,6 +31,7 @@ from .queries import Query
 from .reconcile import ordered
 from .specs import DiscoverySpec, EndpointSpec, EventChannelSpec, EventSourceSpec, ModelSpec
 from .taints import check_caller_taints, normalized_card, taints_of, with_taints
+from .view_pump import ViewPump
 from .watch import DEFAULT_WATCH_QUEUE_SIZE, Watch, WatchFeed
 
 if TYPE_CHECKING:
@@ -91,6 +92,7 @@ class Discovery(abc.ABC):
         self._failover_locks: list[FailoverLock] = []  # closed by shutdown()
         #: the counters of metrics() that no backend keeps (watches, failed writes, crashes)
         self._metrics = Recorder()
+        self._view_pump = ViewPump()  # the one thread of its live views
 
     # -- identity ---------------------------------------------------------------------------------
     @property

@@ -1,8 +1,9 @@
 """Live views: a map kept current from a watch by a background thread.
 
 The blocking counterpart of the reference runtime's ``watch_and_extract_field`` and
-``watch_and_extract_base_model_field``: a named thread consumes ``list_and_watch(query)`` and
-keeps ``key → extract(record)`` current, so that callers read it at any time or block until it
+``watch_and_extract_base_model_field``: the client's view pump (one named thread for all its
+views, :mod:`.view_pump`) consumes ``list_and_watch(query)`` and keeps ``key → extract(record)``
+current, so that callers read it at any time or block until it
 says what they wait for, instead of writing a consumer thread of their own. It is called a
 *view* because callers only read it, and *live* because it changes under them; a *watch* is
 already the stream of events it is built from.
@@ -11,7 +12,6 @@ already the stream of events it is built from.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import logging
 import threading
 import time
@@ -25,7 +25,6 @@ from .identity import DiscoveryInstanceId, RecordKind
 from .model import DiscoveryInstance, Model
 from .options import wait_timeout
 from .queries import Query
-from .threads import start_thread
 from .watch import Watch, WatchTimeout
 
 if TYPE_CHECKING:
@@ -39,7 +38,6 @@ _T = TypeVar("_T")
 Callback = Callable[[Mapping[Any, Any], DiscoveryEvent], None]
 
 INITIAL_SYNC_TIMEOUT = 60.0  # the first Resync is queued when list_and_watch returns; this is a safety bound
-_numbers = itertools.count(1)
 
 
 def instance_key(instance: DiscoveryInstance) -> int:
@@ -48,8 +46,9 @@ def instance_key(instance: DiscoveryInstance) -> int:
 
 
 class LiveView(Mapping[K, V]):
-    """``key → value`` for every record matching a query, kept current by a thread named
-    ``discovery-sync-live-view-N``; read it like a read-only mapping.
+    """``key → value`` for every record matching a query, kept current by its client's view pump
+    (one thread, ``discovery-sync-live-view-pump-N``, for every view of the client:
+    :mod:`.view_pump`); read it like a read-only mapping.
 
     * ``extract(x)`` makes the value: ``x`` is the card (``card_json``) of a model card, or the
       card as a ``card_type`` when one is given (see :meth:`Model.card_as`: a dataclass, a
@@ -66,12 +65,16 @@ class LiveView(Mapping[K, V]):
     * A ``Resync`` of the watch replaces the whole map. When the watch fails or the view is
       closed (``close()``, or ``shutdown()`` of its client), every read raises ``WatchFailed``
       (cause chained) or ``WatchClosed`` rather than serve a map that no longer changes.
-    * ``on_change(snapshot, event)`` callbacks run on the view's thread after each change
-      (not for the initial state); an exception in one is logged and the view goes on.
+    * ``on_change(snapshot, event)`` callbacks run on the pump's thread after each change (not
+      for the initial state), one after the other for all the views of a client, as kazoo runs
+      its watchers: a slow one delays the other views. An exception in one is logged and the
+      view goes on; a ``BaseException`` (``SystemExit``...) ends that view alone (reads raise
+      ``WatchFailed``).
 
     The map is complete when the constructor returns (like ``list()``). Reads are cheap: a
-    snapshot is copied once per change, when first asked for. ``close()`` stops the thread and
-    closes the watch, releasing both; a view dropped without it runs until its client shuts down.
+    snapshot is copied once per change, when first asked for. ``close()`` closes the watch and
+    takes the view off the pump (no callback of it runs once it returns, unless called from
+    one); a view dropped without it runs until its client shuts down.
     """
 
     def __init__(
@@ -111,13 +114,15 @@ class LiveView(Mapping[K, V]):
         self._failure: BaseException | None = None
         self._closed = False
         self._watch: Watch = client.list_and_watch(query)
-        self._recorder = client._metrics  # counts a crash of the view's thread
+        self._recorder = client._metrics  # counts a crash of the view
         try:
             self._initial_sync()
         except BaseException:
             self._watch.close()
             raise
-        self._thread = start_thread(f"discovery-sync-live-view-{next(_numbers)}", self._run, self._crashed)
+        self._pump = client._view_pump
+        self._watch._feed.on_ready(lambda: self._pump.ready(self))
+        self._pump.add(self)  # drained at once: what came after the initial state
 
     # -- reading ------------------------------------------------------------------------------------
     @property
@@ -209,10 +214,8 @@ class LiveView(Mapping[K, V]):
 
     # -- lifecycle ----------------------------------------------------------------------------------
     def close(self) -> None:
-        """Stop the view's thread; later reads raise WatchClosed. Idempotent."""
+        """Close the view; later reads raise WatchClosed. Idempotent."""
         self._watch.close()
-        if self._thread.is_alive() and threading.current_thread() is not self._thread:
-            self._thread.join(5.0)
         self._stopped(None)
 
     def __enter__(self) -> LiveView[K, V]:
@@ -230,30 +233,38 @@ class LiveView(Mapping[K, V]):
                 self._version = 0
                 return
 
-    def _run(self) -> None:
-        while True:
-            try:
-                event = self._watch.get()
-            except WatchClosed:
-                self._stopped(None)
-                return
-            except WatchFailed as exc:
-                self._stopped(exc)
-                return
-            if self._apply(event):
-                self._notify(event)
-
-    def _crashed(self, exc: BaseException) -> None:
-        self._recorder.thread_crashed()
-        self._watch.close()
-        self._stopped(exc)
+    def drain(self) -> None:
+        """The pump's job for this view: apply every event its watch holds now. Nothing escapes:
+        a ``BaseException`` of a callback ends this view alone."""
+        try:
+            while not self._closed:
+                try:
+                    event = self._watch.get(timeout=0)
+                except WatchTimeout:
+                    return
+                except WatchClosed:
+                    self._stopped(None)
+                    return
+                except WatchFailed as exc:
+                    self._stopped(exc)
+                    return
+                if self._apply(event):
+                    self._notify(event)
+        except BaseException as exc:
+            log.error("live view %r ended: %s", self, exc, exc_info=exc)
+            self._recorder.thread_crashed()
+            self._watch.close()
+            self._stopped(exc)
 
     def _stopped(self, failure: BaseException | None) -> None:
         with self._changed:
-            if not self._closed:
+            first = not self._closed
+            if first:
                 self._closed = True
                 self._failure = failure
             self._changed.notify_all()
+        if first and hasattr(self, "_pump"):  # outside the lock: the pump may be applying an event
+            self._pump.remove(self)
 
     def _notify(self, event: DiscoveryEvent) -> None:
         with self._changed:

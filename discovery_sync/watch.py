@@ -66,6 +66,7 @@ class WatchFeed(Generic[R]):
         self._failure: BaseException | None = None
         self._closed = False
         self._on_close: list[Callable[[], None]] = []
+        self._on_ready: Callable[[], None] | None = None  # told after every put (a live view's pump)
         # metrics (discovery_sync.metrics), changed under self._lock only: events handed to the
         # consumer's queue or pending list, by kind (_ADDED...: EVENT_KINDS' order), times the
         # watch lagged, most events ever queued; see delivered()
@@ -85,7 +86,7 @@ class WatchFeed(Generic[R]):
             self._pending.append(Resync(records))
             self._handed[_ADDED] += len(records)
             self._handed[_RESYNC] += 1
-        self._queue.put(_WAKE)  # for a consumer already blocked in get()
+        self._put(_WAKE)  # for a consumer already blocked in get()
 
     def publish(self, event: DiscoveryEvent, instance: DiscoveryInstance | None = None) -> bool:
         """Deliver an Added, ModelTaintsUpdated (``instance``: the model's new value) or Removed
@@ -153,7 +154,7 @@ class WatchFeed(Generic[R]):
         with self._lock:
             if self._failure is None:
                 self._failure = exc
-        self._queue.put(_WAKE)
+        self._put(_WAKE)
 
     @property
     def closed(self) -> bool:
@@ -197,7 +198,12 @@ class WatchFeed(Generic[R]):
         if self._queued > self.high_water:
             self.high_water = self._queued
         self._handed[kind] += 1
-        self._queue.put(event)
+        self._put(event)
+
+    def _put(self, item: object) -> None:
+        self._queue.put(item)
+        if self._on_ready is not None:
+            self._on_ready()
 
     # -- consumer side (used by Watch) ------------------------------------------------------------
     def _take(self, deadline: float | None) -> WatchEvent[R]:
@@ -280,12 +286,18 @@ class WatchFeed(Generic[R]):
                     if event is not _WAKE:
                         self._handed[_KIND_INDEX[type(event)]] -= 1
                 self._queue.queue.clear()
-        self._queue.put(_WAKE)
+        self._put(_WAKE)
         for callback in callbacks:
             try:
                 callback()
             except Exception:  # a failing cleanup must not stop close()
                 log.exception("error while closing the watch on %s", self.query)
+
+    def on_ready(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` whenever the consumer has something new to take (an event, a
+        failure, the close): a consumer that waits on many watches at once is told which. It is
+        called from the producers' threads, maybe under the feed's lock: it must only take note."""
+        self._on_ready = callback
 
     def add_close_callback(self, callback: Callable[[], None]) -> None:
         with self._lock:

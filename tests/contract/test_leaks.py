@@ -60,9 +60,11 @@ def test_closed_watches_and_live_views_are_released(rig):
         watch.close()
         view = client.live_view(query)
         assert dict(view) == {client.instance_id: record}
-        thread, view_watch = view._thread, view._watch
+        thread, view_watch = view._pump.thread, view._watch
         view.close()
-        assert not thread.is_alive(), "closing a live view stops its thread"
+        assert thread is not None
+        thread.join(rig.event_timeout)
+        assert not thread.is_alive(), "closing the last live view of a client stops its view pump's thread"
         assert view_watch.closed, "closing a live view closes its watch"
         closed.extend(weakref.ref(o) for o in (watch, watch._feed, view, view_watch, view_watch._feed))
         if fake_api_server is not None:

@@ -135,18 +135,23 @@ def test_callbacks_run_on_the_view_thread_and_a_failing_one_does_not_stop_it(rig
 
 
 def test_closing_the_view_or_shutting_down_its_client_stops_its_thread(rig):
+    """Every view of a client shares one thread (the view pump): it ends with the last view."""
     reader = rig.client()
     view = reader.live_view(ds.Query.endpoints())
-    name = view._thread.name
+    thread = view._pump.thread
+    assert thread is not None and thread.name.startswith("discovery-sync-live-view-pump-")
     view.close()
-    assert name not in {t.name for t in threading.enumerate()}
+    thread.join(rig.event_timeout)
+    assert not thread.is_alive()
     with pytest.raises(ds.WatchClosed):
         view.get(1)
     second = rig.client()
     view = second.live_view(ds.Query.endpoints())
+    thread = view._pump.thread
+    assert thread is not None
     second.shutdown()
-    view._thread.join(rig.event_timeout)
-    assert not view._thread.is_alive()
+    thread.join(rig.event_timeout)
+    assert not thread.is_alive()
     with pytest.raises(ds.WatchClosed):
         len(view)
     with pytest.raises(ds.ClientClosed):

@@ -121,3 +121,43 @@ def test_cards_can_be_read_as_a_type_and_those_that_do_not_fit_are_skipped(clien
             assert list(whole.values()) == [RuntimeCard("m", {"x": 1})]
     with pytest.raises(ds.ValidationError, match="card_type applies to model queries"):
         client.live_view(ds.Query.endpoints(), card_type=RuntimeCard)
+
+
+def live_view_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("discovery-sync-live-view-")]
+
+
+def test_the_views_of_a_client_share_one_thread_and_a_change_reaches_them_all(client, url):
+    """Issue 37: 300 views made 314 threads; now every view of a client is drained by one."""
+    threads_before = len(live_view_threads())
+    views = [client.live_view(ds.Query.endpoints(), key=lambda i: i.id()) for _ in range(100)]
+    assert len(live_view_threads()) == threads_before + 1
+    with ds.connect(url) as writer:
+        added = writer.register(endpoint_spec(endpoint="fanout"))
+        for view in views:
+            assert added.id() in view.wait_for(lambda m: added.id() in m, WAIT)
+    for view in views:
+        view.close()
+    for thread in live_view_threads()[threads_before:]:
+        thread.join(WAIT)
+    assert len(live_view_threads()) == threads_before  # the last view's close ends the thread
+
+
+def test_a_callback_that_raises_system_exit_ends_its_own_view_and_no_other(client, url):
+    def leave(snapshot: object, event: object) -> None:
+        raise SystemExit(3)
+
+    with caught_logs("discovery_sync.live_view") as logs:
+        doomed = client.live_view(ds.Query.endpoints(), on_change=leave)
+        other = client.live_view(ds.Query.endpoints(), key=lambda i: i.id())
+        with ds.connect(url) as writer:
+            first = writer.register(endpoint_spec(endpoint="first"))
+            with pytest.raises(ds.WatchFailed) as failed:
+                doomed.wait_for(lambda m: False, WAIT)
+            assert isinstance(failed.value.__cause__, SystemExit)
+            assert first.id() in other.wait_for(lambda m: first.id() in m, WAIT)
+            second = writer.register(endpoint_spec(endpoint="second"))
+            assert second.id() in other.wait_for(lambda m: second.id() in m, WAIT)  # the pump goes on
+        assert logs.matching("ended")
+        other.close()
+        doomed.close()
