@@ -129,18 +129,17 @@ def live_view_threads() -> list[threading.Thread]:
 
 def test_the_views_of_a_client_share_one_thread_and_a_change_reaches_them_all(client, url):
     """Issue 37: 300 views made 314 threads; now every view of a client is drained by one."""
-    threads_before = len(live_view_threads())
     views = [client.live_view(ds.Query.endpoints(), key=lambda i: i.id()) for _ in range(100)]
-    assert len(live_view_threads()) == threads_before + 1
+    [pump] = {id(view._pump.thread): view._pump.thread for view in views}.values()
+    assert pump is not None and pump in live_view_threads()
     with ds.connect(url) as writer:
         added = writer.register(endpoint_spec(endpoint="fanout"))
         for view in views:
             assert added.id() in view.wait_for(lambda m: added.id() in m, WAIT)
     for view in views:
         view.close()
-    for thread in live_view_threads()[threads_before:]:
-        thread.join(WAIT)
-    assert len(live_view_threads()) == threads_before  # the last view's close ends the thread
+    pump.join(WAIT)
+    assert not pump.is_alive()  # the last view's close ends the thread
 
 
 def test_a_callback_that_raises_system_exit_ends_its_own_view_and_no_other(client, url):
