@@ -115,12 +115,12 @@ class LiveView(Mapping[K, V]):
         self._closed = False
         self._watch: Watch = client.list_and_watch(query)
         self._recorder = client._metrics  # counts a crash of the view
+        self._pump = client._view_pump
         try:
             self._initial_sync()
         except BaseException:
             self._watch.close()
             raise
-        self._pump = client._view_pump
         self._watch._feed.on_ready(lambda: self._pump.ready(self))
         self._pump.add(self)  # drained at once: what came after the initial state
 
@@ -263,7 +263,7 @@ class LiveView(Mapping[K, V]):
                 self._closed = True
                 self._failure = failure
             self._changed.notify_all()
-        if first and hasattr(self, "_pump"):  # outside the lock: the pump may be applying an event
+        if first:  # outside the lock: the pump may be applying an event
             self._pump.remove(self)
 
     def _notify(self, event: DiscoveryEvent) -> None:

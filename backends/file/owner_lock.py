@@ -196,19 +196,15 @@ def probe_owner_file(lock_dir: StoreDirectory, instance_id: int) -> OwnerProbe:
     """Whether the writer ``instance_id`` is alive, as the kernel knows it (see the module
     docstring), and whose file says so. Never blocks: a FIFO, a symlink or a file of another
     kernel is UNKNOWN."""
-    kernel = kernel_id()
-    if kernel is None:
-        return _UNKNOWN
     try:
         with lock_dir.use() as dir_fd:
-            fd = os.open(owner_name(instance_id), _READ_FLAGS, dir_fd=dir_fd)
-    except (OSError, DirectoryClosed):
-        return _UNKNOWN  # none, a symlink, a FIFO without a writer, a closed client...
+            opened = _open_owner_file(dir_fd, instance_id)
+    except DirectoryClosed:
+        return _UNKNOWN  # a closed client
+    if opened is None:
+        return _UNKNOWN
+    fd, status, content = opened
     try:
-        status = os.fstat(fd)
-        content = _content_of_this_kernel(fd, kernel, status.st_dev) if stat.S_ISREG(status.st_mode) else None
-        if content is None:
-            return _UNKNOWN
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -219,6 +215,28 @@ def probe_owner_file(lock_dir: StoreDirectory, instance_id: int) -> OwnerProbe:
         return OwnerProbe(OwnerState.VACANT if content.get("cohort") is True else OwnerState.RELEASED, status.st_uid)
     finally:
         os.close(fd)
+
+
+def _open_owner_file(dir_fd: int, instance_id: int) -> tuple[int, os.stat_result, dict[str, object]] | None:
+    """The owner file of ``instance_id`` opened read-only (never blocking, no symlink followed),
+    its stat and content, when it is a regular file whose content names this kernel and device;
+    else None (none, a symlink, a FIFO, junk, another kernel's). The caller closes the descriptor."""
+    kernel = kernel_id()
+    if kernel is None:
+        return None
+    try:
+        fd = os.open(owner_name(instance_id), _READ_FLAGS, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        status = os.fstat(fd)
+        content = _content_of_this_kernel(fd, kernel, status.st_dev) if stat.S_ISREG(status.st_mode) else None
+    except OSError:
+        content = None
+    if content is None:
+        os.close(fd)
+        return None
+    return fd, status, content
 
 
 def _content_of_this_kernel(fd: int, kernel: str, device: int) -> dict[str, object] | None:
@@ -246,18 +264,14 @@ def remove_released(lock_dir: StoreDirectory, instance_id: int) -> bool:
     and only the file locked is removed: a new owner's file renamed over the name meanwhile
     stays (a rename between the check and the unlink, microseconds, would lose the new owner's
     name, and its readers would fall back on the mtime rule)."""
-    kernel = kernel_id()
-    if kernel is None or not lock_dir.is_open:
+    if not lock_dir.is_open:
         return False
     with lock_dir.use() as dir_fd:
-        try:
-            fd = os.open(owner_name(instance_id), _READ_FLAGS, dir_fd=dir_fd)
-        except OSError:
+        opened = _open_owner_file(dir_fd, instance_id)
+        if opened is None:
             return False
+        fd, status, _ = opened
         try:
-            status = os.fstat(fd)
-            if not stat.S_ISREG(status.st_mode) or _content_of_this_kernel(fd, kernel, status.st_dev) is None:
-                return False
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:

@@ -145,8 +145,7 @@ class Entry:
         (never due), one whose lock was released leaves it dead now; else (the mtime rule: no
         owner lock known, or a cohort's vacant id) ``due`` is when its mtime was first seen, plus
         the slack its writer's heartbeat asks."""
-        owner = self.owner
-        return self.seen_at + self.slack if owner is _UNKNOWN else owner_due(owner, self.seen_at + self.slack)
+        return owner_due(self.owner, self.seen_at + self.slack)
 
 
 _HELD, _RELEASED, _UNKNOWN = OwnerState.HELD, OwnerState.RELEASED, OwnerState.UNKNOWN  # hot path: no enum lookups
