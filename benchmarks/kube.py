@@ -28,6 +28,8 @@ numbers are an upper bound for a real API server, whose own latency is not model
 from __future__ import annotations
 
 import argparse
+import gc
+import subprocess
 import sys
 import tempfile
 import time
@@ -62,8 +64,25 @@ def _url(kubeconfig: Path, pod: dict[str, Any], **options: Any) -> str:
     return "kube://?" + urlencode(settings)
 
 
+def _card(i: int) -> dict[str, Any]:
+    """A model card about as large as a served model's (its display name, tokenizer, runtime config)."""
+    return {
+        "display_name": f"org/model-{i % 8}",
+        "slug": f"org--model-{i % 8}",
+        "model_type": "chat",
+        "model_input": "tokens",
+        "context_length": 131072,
+        "kv_cache_block_size": 16,
+        "migration_limit": 0,
+        "tokenizer": {"kind": "hf_tokenizer_json", "path": f"/models/org/model-{i % 8}/tokenizer.json"},
+        "prompt_formatter": {"kind": "hf_tokenizer_config_json", "path": f"/models/org/model-{i % 8}/config.json"},
+        "gen_config": {"path": f"/models/org/model-{i % 8}/generation_config.json"},
+        "runtime_config": {"total_kv_blocks": 48000, "max_num_seqs": 256, "max_num_batched_tokens": 8192},
+    }
+
+
 def _populate(server: FakeKubeServer, workers: int) -> None:
-    """``workers`` ready pods in one EndpointSlice, each with a CR holding one endpoint."""
+    """``workers`` ready pods in one EndpointSlice, each with a CR holding one endpoint and one model card."""
     targets = []
     for i in range(workers):
         name = f"bg-{i}"
@@ -72,10 +91,11 @@ def _populate(server: FakeKubeServer, workers: int) -> None:
         endpoint = ds.Endpoint(
             "bench", "background", f"e{i}", identity.instance_id, ds.Transport.tcp(f"10.0.{i // 250}.{i % 250}:9000")
         )
+        model = ds.Model("bench", "background", f"e{i}", identity.instance_id, _card(i))
         server.upsert(
             WORKER_METADATA,
             {
-                **worker_metadata_body(identity, [endpoint]),
+                **worker_metadata_body(identity, [endpoint, model]),
                 "metadata": {"name": name, "namespace": NAMESPACE, "ownerReferences": [identity.owner_reference()]},
             },
         )
@@ -83,43 +103,69 @@ def _populate(server: FakeKubeServer, workers: int) -> None:
     server.upsert_endpoint_slice("background", targets)
 
 
-def _warm_up(base: Path) -> None:
-    """One client through the whole path first, so no measurement pays for imports."""
-    with FakeKubeServer() as server:
-        url = _url(server.write_kubeconfig(base / "kubeconfig-warm-up"), server.create_pod("warm-up"))
-        with ds.connect(url) as client:
-            client.list(ds.Query.endpoints())
+#: the reader's process: ``python -c READER URL EMPTY_URL WORKERS``; it times its first connect
+#: (imports, kubeconfig, first request) before anything else of the library is imported
+READER = (
+    "import sys, time; started = time.perf_counter(); import discovery_sync as ds; "
+    "first = ds.connect(sys.argv[2]); connected = time.perf_counter(); "
+    "from benchmarks.kube import reader_figures; "
+    "reader_figures(first, (connected - started) * 1000, sys.argv[1], int(sys.argv[3]))"
+)
+
+
+def _rss_kb() -> int:
+    with open("/proc/self/status", encoding="ascii") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+
+
+def reader_figures(first: ds.Discovery, first_connect_ms: float, url: str, workers: int) -> None:
+    """The reader's side of :func:`bench_initial_sync`, printed as JSON on standard output."""
+    with first:
+        first.list(ds.Query.endpoints())  # an empty namespace: no worker's cost before the baseline
+    gc.collect()
+    before = _rss_kb()
+    start = time.perf_counter()
+    with ds.connect(url) as reader:
+        added = 0
+        with reader.list_and_watch(ds.Query.endpoints()) as watch:
+            while not isinstance(event := watch.get(timeout=120), ds.Resync):
+                added += isinstance(event, ds.Added)
+        elapsed = (time.perf_counter() - start) * 1000
+        assert added == workers, f"{added} of {workers} workers were served"
+        gc.collect()
+        grown = _rss_kb() - before
+        consistent = median_timed(lambda: reader.list(ds.Query.endpoints()))
+    with ds.connect(url + "&consistent_reads=false") as cached_reader:
+        assert len(cached_reader.list(ds.Query.endpoints())) == workers
+        cached = median_timed(lambda: cached_reader.list(ds.Query.endpoints()))
+    figures = {
+        "workers": workers,
+        "first_connect_ms": round(first_connect_ms, 1),
+        "sync_ms": round(elapsed, 1),
+        "us_per_worker": round(elapsed * 1000 / workers, 1),
+        "rss_kb_per_worker": round(grown / workers, 1),
+        "list_consistent_ms": round(consistent, 2),
+        "list_cached_ms": round(cached, 3),
+    }
+    sys.stdout.write(orjson.dumps(figures).decode() + "\n")
 
 
 def bench_initial_sync(base: Path, sizes: list[int]) -> list[dict[str, Any]]:
-    _warm_up(base)
+    """Each size read by a new process (its RSS and its first connect are the client's alone)."""
     results = []
     for size in sizes:
         with FakeKubeServer(bookmark_interval=1.0, history_limit=10 * size) as server:
             _populate(server, size)
             kubeconfig = server.write_kubeconfig(base / f"kubeconfig-{size}")
-            reader_pod = server.create_pod("reader")
-            start = time.perf_counter()
-            with ds.connect(_url(kubeconfig, reader_pod)) as reader:
-                added = 0
-                with reader.list_and_watch(ds.Query.endpoints()) as watch:
-                    while not isinstance(event := watch.get(timeout=120), ds.Resync):
-                        added += isinstance(event, ds.Added)
-                elapsed = (time.perf_counter() - start) * 1000
-                assert added == size, f"{added} of {size} workers were served"
-                consistent = median_timed(lambda: reader.list(ds.Query.endpoints()))
-            with ds.connect(_url(kubeconfig, reader_pod, consistent_reads="false")) as cached_reader:
-                assert len(cached_reader.list(ds.Query.endpoints())) == size
-                cached = median_timed(lambda: cached_reader.list(ds.Query.endpoints()))
-        results.append(
-            {
-                "workers": size,
-                "sync_ms": round(elapsed, 1),
-                "us_per_worker": round(elapsed * 1000 / size, 1),
-                "list_consistent_ms": round(consistent, 2),
-                "list_cached_ms": round(cached, 3),
-            }
-        )
+            server.create_namespace("empty")
+            empty = _url(kubeconfig, server.create_pod("reader", namespace="empty"), namespace="empty")
+            url = _url(kubeconfig, server.create_pod("reader"))
+            done = subprocess.run(
+                [sys.executable, "-c", READER, url, empty, str(size)], capture_output=True, text=True, check=False
+            )
+            if done.returncode != 0:
+                raise RuntimeError(f"the reader failed: {done.stderr[-3000:]}")
+            results.append(orjson.loads(done.stdout.splitlines()[-1]))
     return results
 
 
@@ -180,7 +226,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--events", type=int, default=300)
     parser.add_argument("--sizes", default="250,500,1000,2000")
     parser.add_argument("--rounds", type=int, default=30, help="graceful pod deletes timed")
-    parser.add_argument("--only", choices=["graceful_delete"], help="run this figure alone")
+    parser.add_argument("--only", choices=["graceful_delete", "initial_sync"], help="run this figure alone")
     parser.add_argument("--interop", action="store_true", help="reference-runtime peers instead")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="discovery-sync-bench-kube-") as scratch:
@@ -189,10 +235,12 @@ def main(argv: list[str] | None = None) -> None:
             result = {"backend": "kube (fake API server, same process)", "interop": bench_interop(base, args.events)}
             sys.stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
             return
-        if args.only == "graceful_delete":
+        if args.only is not None:
+            sizes = [int(s) for s in args.sizes.split(",")]
+            figure = bench_graceful_delete(base, args.rounds) if args.only == "graceful_delete" else None
             result = {
                 "backend": "kube (fake API server, same process)",
-                "graceful_delete": bench_graceful_delete(base, args.rounds),
+                args.only: figure if figure is not None else bench_initial_sync(base, sizes),
             }
             sys.stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
             return
