@@ -9,18 +9,26 @@ restart) exclude it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from discovery_sync.identity import DiscoveryInstanceId
 from discovery_sync.model import DiscoveryInstance
 
-from .identity import cr_name_for
 from .layout import Slot, parse_data
+from .summary import ObjectSummary, Readiness, pod_owner_uid, ready_from_pods, ready_from_slices, summarize_cr
 
-#: CR name -> uids of the ready pods that may own it
-Readiness = dict[str, set[str]]
+__all__ = [
+    "Readiness",
+    "WorkerEntry",
+    "is_served",
+    "parse_rv",
+    "pod_owner_uid",
+    "ready_from_pods",
+    "ready_from_slices",
+    "update_entry",
+]
 
 
 def parse_rv(value: Any) -> int | None:
@@ -31,46 +39,7 @@ def parse_rv(value: Any) -> int | None:
         return None
 
 
-def ready_from_slices(slices: Iterable[Mapping[str, Any]]) -> Readiness:
-    """Pod mode: the pods EndpointSlices list as ready, by pod name (= CR name)."""
-    ready: Readiness = {}
-    for item in slices:
-        for endpoint in item.get("endpoints") or []:
-            ref = endpoint.get("targetRef") or {}
-            conditions = endpoint.get("conditions") or {}
-            if (
-                conditions.get("ready") is True
-                and ref.get("name")
-                and ref.get("uid")
-                and ref.get("kind", "Pod") == "Pod"
-            ):
-                ready.setdefault(ref["name"], set()).add(ref["uid"])
-    return ready
-
-
-def ready_from_pods(pods: Iterable[Mapping[str, Any]]) -> Readiness:
-    """Container mode: every ready container of a pod, by its CR name (``{pod}[-{container}]``)."""
-    ready: Readiness = {}
-    for pod in pods:
-        meta = pod.get("metadata") or {}
-        if not meta.get("name") or not meta.get("uid"):
-            continue
-        for status in (pod.get("status") or {}).get("containerStatuses") or []:
-            if status.get("ready") is True and status.get("name"):
-                ready.setdefault(cr_name_for(meta["name"], status["name"]), set()).add(meta["uid"])
-    return ready
-
-
-def pod_owner_uid(cr: Mapping[str, Any]) -> str | None:
-    """The uid of the Pod the CR's ownerReferences name (None without one)."""
-    for ref in (cr.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("kind") == "Pod" and ref.get("apiVersion", "v1") == "v1" and ref.get("uid"):
-            uid: str = ref["uid"]
-            return uid
-    return None
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class WorkerEntry:
     """One DynamoWorkerMetadata as a reader knows it: its last valid records and when each appeared."""
 
@@ -84,21 +53,19 @@ class WorkerEntry:
     first_seen: dict[DiscoveryInstanceId, int | None] = field(default_factory=dict)
 
 
-def update_entry(previous: WorkerEntry | None, cr: Mapping[str, Any]) -> WorkerEntry:
-    """The entry for a new version of a CR.
+def update_entry(previous: WorkerEntry | None, cr: ObjectSummary | Mapping[str, Any]) -> WorkerEntry:
+    """The entry for a new version of a CR (its :class:`~.summary.ObjectSummary`, or the object).
 
     While the CR uid and owner uid are unchanged, a ``spec.data`` that is null or unparsable keeps
     the last valid records, and records keep the version they first appeared at.
     """
-    meta = cr.get("metadata") or {}
-    name, uid, owner = meta.get("name", ""), meta.get("uid"), pod_owner_uid(cr)
-    version = str(meta.get("resourceVersion", ""))
+    summary = cr if isinstance(cr, ObjectSummary) else summarize_cr(cr)
+    name, uid, owner, version = summary.name, summary.uid, summary.owner, summary.resource_version
     same = previous is not None and (previous.uid, previous.owner_uid) == (uid, owner)
     if same and previous is not None and previous.resource_version == version:
         return previous
     kept = previous.slots if same and previous is not None else {}
-    spec = cr.get("spec")
-    parsed = parse_data(spec.get("data") if isinstance(spec, dict) else None, kept, f"DynamoWorkerMetadata {name}")
+    parsed = parse_data(summary.payload, kept, f"DynamoWorkerMetadata {name}")
     slots = kept if parsed is None else parsed
     records: dict[DiscoveryInstanceId, DiscoveryInstance] = {}
     for record in slots.values():

@@ -42,9 +42,9 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from kubernetes.client.exceptions import ApiException
 
@@ -60,9 +60,10 @@ from discovery_sync.threads import start_thread
 from discovery_sync.watch import WatchFeed
 
 from .keeper import ConnectionKeeper
-from .liveness import Readiness, WorkerEntry, is_served, parse_rv, ready_from_pods, ready_from_slices, update_entry
+from .liveness import Readiness, WorkerEntry, is_served, parse_rv, update_entry
 from .served import ServedSet
 from .silence import SilenceWatch
+from .summary import ObjectSummary, Summarize, readiness, summarize_cr, summarize_pod, summarize_slice, versioned
 from .watcher import (
     Changed,
     Crashed,
@@ -76,11 +77,16 @@ from .watcher import (
     Trouble,
     denied_message,
 )
-from .wire import TRANSPORT_ERRORS, KubeApi, Resource, explain, unreachable
+from .wire import PLURAL, TRANSPORT_ERRORS, KubeApi, Resource, explain, unreachable
 
 log = logging.getLogger("discovery_sync.backends.kube")
 
 THREAD_NAME = "discovery-sync-kube-daemon"
+
+T = TypeVar("T")
+
+#: what the view keeps of each resource's objects (:mod:`.summary`)
+SUMMARIZE: dict[str, Summarize] = {PLURAL: summarize_cr, "endpointslices": summarize_slice, "pods": summarize_pod}
 
 
 class State(enum.Enum):
@@ -92,10 +98,11 @@ class State(enum.Enum):
 
 @dataclass
 class ResourceCache:
-    """The objects of one watched resource and how far the stream has got (highest resourceVersion)."""
+    """The objects of one watched resource (summarized) and how far the stream has got (highest
+    resourceVersion it delivered, or at which the read barrier found the cache current)."""
 
     resource: Resource
-    objects: dict[str, dict[str, Any]] = field(default_factory=dict)
+    objects: dict[str, ObjectSummary] = field(default_factory=dict)
     progress: int | None = None
     listed: bool = False
     #: the server accepted a watch of it once: Ready needs that too, so that a watch refused (403)
@@ -107,7 +114,13 @@ class ResourceCache:
         if number is not None and (self.progress is None or number > self.progress):
             self.progress = number
 
-    def covers(self, listed: Mapping[str, Mapping[str, Any]], version: str) -> bool:
+    def reached(self, version: str) -> bool:
+        """Whether every change up to the collection resourceVersion ``version`` has been applied
+        (False when that cannot be told: a version that is no integer)."""
+        at = parse_rv(version)
+        return at is not None and self.progress is not None and self.progress >= at
+
+    def covers(self, listed: Mapping[str, ObjectSummary], version: str) -> bool:
         """Whether this cache reflects at least the state of a list taken at ``version``.
 
         Every listed object's change must have been applied, and every cached object missing from
@@ -115,7 +128,7 @@ class ResourceCache:
         Without integer resourceVersions this cannot be judged and counts as covered.
         """
         at = parse_rv(version)
-        versions = [parse_rv((o.get("metadata") or {}).get("resourceVersion")) for o in listed.values()]
+        versions = [parse_rv(o.resource_version) for o in listed.values()]
         if at is None or None in versions:
             return True
         newest = max([v for v in versions if v is not None], default=0)
@@ -123,7 +136,7 @@ class ResourceCache:
             return False
         for name, obj in self.objects.items():
             if name not in listed:
-                mine = parse_rv((obj.get("metadata") or {}).get("resourceVersion"))
+                mine = parse_rv(obj.resource_version)
                 if mine is None or mine <= at:
                     return False
         return True
@@ -165,7 +178,8 @@ class KubeDaemon:
         #: why a stream lacks a permission, by source (``watch <plural>``); the read barrier raises its own
         self._denied: dict[str, str] = {}
         self._streams = [
-            ResourceStream(api, cache.resource, self._queue.put, clock=clock) for cache in self._caches.values()
+            ResourceStream(api, c.resource, self._queue.put, summarize=SUMMARIZE[c.resource.plural], clock=clock)
+            for c in self._caches.values()
         ]
         self.silence = SilenceWatch(api, self._streams, keeper, clock=clock)
         self._thread = start_thread(THREAD_NAME, self._run, self._fail, start=False)
@@ -229,32 +243,56 @@ class KubeDaemon:
         """Wait until the view reflects everything stored when this call started (read-your-writes).
 
         Returns False (after logging) when that could not be checked or did not happen within
-        ``timeout``; the view is then served as it is, possibly stale.
+        ``timeout``; the view is then served as it is, possibly stale. See the module docstring.
         """
-        targets = []
         started = time.monotonic()
-        for cache in self._caches.values():
-            try:
-                objects, version = self.api.list_all(cache.resource)
-            except ApiException as exc:
-                if exc.status == 403:
-                    self._read_denied(exc, cache.resource)
-                self._barrier_failed(exc, cache.resource.plural, started)
+        probed = self._barrier_reads(started, "a read's list", self.api.collection_version, list(self._caches.values()))
+        if probed is None:
+            return False
+        with self._lock:  # no wait: a quiet resource's watch gets nothing past its last change
+            behind = [cache for cache, version in probed if self.state is State.READY and not cache.reached(version)]
+        if behind:
+            listed = self._barrier_reads(started, "a read's list", self._versions_listed, behind)
+            if listed is None:
                 return False
-            except TRANSPORT_ERRORS as exc:
-                self._barrier_failed(exc, cache.resource.plural, started)
-                return False
-            targets.append((cache, objects, version))
-        self._answered("read", "a read's list", started)
+        else:
+            listed = []
         with self._changed:
             current = self._changed.wait_for(
-                lambda: self.state is not State.READY or all(c.covers(o, v) for c, o, v in targets), timeout
+                lambda: self.state is not State.READY or all(c.covers(o, v) for c, (o, v) in listed),
+                max(0.0, timeout - (time.monotonic() - started)),
             )
+            if current and self.state is State.READY:
+                for cache, (_, version) in listed:  # current at that version: the next read need not list
+                    cache.advance(version)
         if not current:
             self._warn_stale(f"the watches did not catch up with the API server within {timeout:g} s")
         else:
             self._stale_warned = False
         return current
+
+    def _versions_listed(self, resource: Resource) -> tuple[dict[str, ObjectSummary], str]:
+        return self.api.list_all(resource, versioned)
+
+    def _barrier_reads(
+        self, started: float, what: str, read: Callable[[Resource], T], caches: list[ResourceCache]
+    ) -> list[tuple[ResourceCache, T]] | None:
+        """``read`` of each cache's resource for the read barrier; None (after logging) when one
+        failed; BackendUnavailable when one was refused (403)."""
+        answers = []
+        for cache in caches:
+            try:
+                answers.append((cache, read(cache.resource)))
+            except ApiException as exc:
+                if exc.status == 403:
+                    self._read_denied(exc, cache.resource)
+                self._barrier_failed(exc, cache.resource.plural, started)
+                return None
+            except TRANSPORT_ERRORS as exc:
+                self._barrier_failed(exc, cache.resource.plural, started)
+                return None
+        self._answered("read", what, started)
+        return answers
 
     def _barrier_failed(self, exc: BaseException, plural: str, started: float) -> None:
         message = explain(exc, f"listing {plural}", self.api.server)
@@ -363,18 +401,19 @@ class KubeDaemon:
             return
         assert isinstance(message, Changed)
         obj = message.object
-        name = (obj.get("metadata") or {}).get("name", "")
-        cache.advance((obj.get("metadata") or {}).get("resourceVersion"))
+        name = obj.name
+        cache.advance(obj.resource_version)
         if message.type == "DELETED":
             cache.objects.pop(name, None)
             if cache is self._crs:
                 self._entries.pop(name, None)
                 if name == self.own_cr_name:
                     self._own_cr_gone(obj)
+        elif cache is self._crs:
+            self._entries[name] = update_entry(self._entries.get(name), obj)
+            cache.objects[name] = _parsed(obj)
         else:
             cache.objects[name] = obj
-            if cache is self._crs:
-                self._entries[name] = update_entry(self._entries.get(name), obj)
         self._publish(self._serve(name) if cache is self._crs else self._readiness_changed(), resync=False)
 
     def _stream_state(self, message: Trouble | Denied | Opened) -> None:
@@ -401,16 +440,17 @@ class KubeDaemon:
         """A complete list: replace the cache, re-serve what it concerns (Ready once both are listed and watched)."""
         if cache is self._crs and self.own_cr_name is not None:
             before, after = cache.objects.get(self.own_cr_name), message.objects.get(self.own_cr_name)
-            if before is not None and (after is None or _uid(after) != _uid(before)):
+            if before is not None and (after is None or after.uid != before.uid):
                 self._own_cr_gone(before)  # deleted while the watch was down (and maybe created anew)
-        cache.objects = dict(message.objects)
         cache.progress = None
         cache.advance(message.resource_version)
         cache.listed = True
         if cache is self._crs:
             self._entries = {name: update_entry(self._entries.get(name), obj) for name, obj in message.objects.items()}
+            cache.objects = {name: _parsed(obj) for name, obj in message.objects.items()}
             touched = self._serve_all()
         else:
+            cache.objects = dict(message.objects)
             touched = self._readiness_changed()
         resync = not message.initial and self.state is State.READY
         if resync:
@@ -431,10 +471,10 @@ class KubeDaemon:
             reason = f"the Kubernetes API server {self.api.server} answers again ({what} worked)"
             self._keeper.answered(source, reason, started)
 
-    def _own_cr_gone(self, obj: dict[str, Any]) -> None:
+    def _own_cr_gone(self, obj: ObjectSummary) -> None:
         """This pod's own CR was deleted (by anyone: the backend judges whose records that lost)."""
         if self._keeper is not None:
-            self._keeper.cr_gone(_uid(obj))
+            self._keeper.cr_gone(obj.uid)
 
     # One change re-serves only the workers it concerns, so delivery does not slow down with the
     # size of the namespace; a new list re-serves them all.
@@ -451,8 +491,7 @@ class KubeDaemon:
         return touched
 
     def _readiness_changed(self) -> set[DiscoveryInstanceId]:
-        objects = self._readiness.objects.values()
-        ready = ready_from_pods(objects) if self.mode == "container" else ready_from_slices(objects)
+        ready = readiness(self._readiness.objects.values())
         before, self._readiness_map = self._readiness_map, ready
         touched: set[DiscoveryInstanceId] = set()
         for name in before.keys() | ready.keys():
@@ -508,9 +547,9 @@ class KubeDaemon:
             stream.stop(timeout=0)
 
 
-def _uid(obj: Mapping[str, Any]) -> str | None:
-    uid = (obj.get("metadata") or {}).get("uid")
-    return uid if isinstance(uid, str) else None
+def _parsed(cr: ObjectSummary) -> ObjectSummary:
+    """A CR's summary once its ``spec.data`` is parsed into its entry: without the data."""
+    return ObjectSummary(cr.name, cr.uid, cr.resource_version, cr.owner)
 
 
 def _event_id(event: DiscoveryEvent) -> DiscoveryInstanceId:

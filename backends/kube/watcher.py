@@ -41,6 +41,7 @@ from discovery_sync.ndjson import LineTooLong
 from discovery_sync.retry import Retry
 from discovery_sync.threads import start_thread
 
+from .summary import ObjectSummary, Summarize, versioned
 from .wire import TRANSPORT_ERRORS, Gone, KubeApi, Resource, abort, explain, unreachable
 
 log = logging.getLogger("discovery_sync.backends.kube")
@@ -54,7 +55,7 @@ class Listed:
     ``started``: when the list began (``time.monotonic()``)."""
 
     resource: str
-    objects: dict[str, dict[str, Any]]
+    objects: dict[str, ObjectSummary]
     resource_version: str
     initial: bool
     started: float = 0.0
@@ -70,11 +71,11 @@ class Opened:
 
 @dataclass(frozen=True)
 class Changed:
-    """One ADDED / MODIFIED / DELETED watch event."""
+    """One ADDED / MODIFIED / DELETED watch event, its object summarized."""
 
     resource: str
     type: str
-    object: dict[str, Any]
+    object: ObjectSummary
 
 
 @dataclass(frozen=True)
@@ -137,13 +138,21 @@ def denied_message(verb: str, resource: Resource, namespace: str, exc: ApiExcept
 
 class ResourceStream:
     """Keeps one resource's list+watch going until :meth:`stop`; waits between attempts and reads
-    the time through ``clock``."""
+    the time through ``clock``. Objects are posted as ``summarize`` makes them (:mod:`.summary`):
+    the raw JSON of a list page or an event is not kept."""
 
     def __init__(
-        self, api: KubeApi, resource: Resource, post: Callable[[Message], None], *, clock: Clock = SYSTEM
+        self,
+        api: KubeApi,
+        resource: Resource,
+        post: Callable[[Message], None],
+        *,
+        summarize: Summarize = versioned,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.api = api
         self.resource = resource
+        self._summarize = summarize
         self._post = post
         self._stop = threading.Event()
         self._wake = threading.Event()  # ends the thread's wait between attempts (set by stop())
@@ -201,7 +210,7 @@ class ResourceStream:
             try:
                 if version is None:
                     self._started = time.monotonic()
-                    objects, version = self.api.list_all(self.resource)
+                    objects, version = self.api.list_all(self.resource, self._summarize)
                     self._failures = 0
                     self._post(Listed(plural, objects, version, initial=not listed, started=self._started))
                     listed = True
@@ -263,7 +272,7 @@ class ResourceStream:
                 if kind == "BOOKMARK":
                     self._post(Progress(plural, version))
                 elif kind in ("ADDED", "MODIFIED", "DELETED"):
-                    self._post(Changed(plural, kind, obj))
+                    self._post(Changed(plural, kind, self._summarize(obj)))
                 else:
                     log.warning("ignoring a watch event of unknown type %r on %s", kind, plural)
         finally:

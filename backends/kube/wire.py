@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import orjson
 import urllib3
@@ -55,6 +55,8 @@ SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/names
 
 #: errors that mean "the API server could not be reached or talked to", worth retrying
 TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, OSError)
+
+T = TypeVar("T")
 
 
 class Gone(Exception):
@@ -240,7 +242,7 @@ class KubeApi:
         self._watch_timeout = (connect, WATCH_READ_TIMEOUT)
         self.custom = client.CustomObjectsApi(api_client)
         self.version = client.VersionApi(api_client)
-        self.core = core = client.CoreV1Api(api_client)
+        self._core: client.CoreV1Api | None = None  # made when first used (see core)
         self.authorization = client.AuthorizationV1Api(api_client)
         discovery = client.DiscoveryV1Api(api_client)
         self.worker_metadata = Resource(
@@ -253,10 +255,19 @@ class KubeApi:
             partial(discovery.list_namespaced_endpoint_slice, namespace, label_selector=DISCOVERY_SELECTOR),
             "discovery.k8s.io",
         )
-        self.pods = Resource(
-            "pods",
-            partial(core.list_namespaced_pod, namespace, label_selector=DISCOVERY_SELECTOR),
-        )
+        self.pods = Resource("pods", self._list_pods)
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        """The client's core API, made when first used: from release 37 on, the official client
+        builds the pydantic models of the whole core group when it is first made (about 0.5 s),
+        which a reader in pod mode never needs."""
+        if self._core is None:
+            self._core = client.CoreV1Api(self.api_client)
+        return self._core
+
+    def _list_pods(self, **kwargs: Any) -> Any:
+        return self.core.list_namespaced_pod(self.namespace, label_selector=DISCOVERY_SELECTOR, **kwargs)
 
     # -- reads --------------------------------------------------------------------------------------
     def server_version(self, deadline: float | None = None) -> None:
@@ -282,16 +293,23 @@ class KubeApi:
         page: dict[str, Any] = _read_json(resource.call(**kwargs))
         return page
 
-    def list_all(self, resource: Resource) -> tuple[dict[str, dict[str, Any]], str]:
-        """Every object (by name) and the list's resourceVersion; pages are restarted when a token expires."""
+    def collection_version(self, resource: Resource) -> str:
+        """The resourceVersion of a consistent read of ``resource`` now, at the cost of one object:
+        a LIST with ``limit=1`` (without a resourceVersion it is read from etcd, and its
+        ``metadata.resourceVersion`` is the revision it was read at)."""
+        return str((self.list_page(resource, limit=1).get("metadata") or {}).get("resourceVersion", ""))
+
+    def list_all(self, resource: Resource, summarize: Callable[[dict[str, Any]], T]) -> tuple[dict[str, T], str]:
+        """``summarize`` of every object (by name) and the list's resourceVersion; pages are
+        restarted when a token expires. Each page is freed once summarized."""
         while True:
-            items: dict[str, dict[str, Any]] = {}
+            items: dict[str, T] = {}
             token: str | None = None
             try:
                 while True:
                     page = self.list_page(resource, token=token)
                     for item in page.get("items") or []:
-                        items[item["metadata"]["name"]] = item
+                        items[item["metadata"]["name"]] = summarize(item)
                     meta = page.get("metadata") or {}
                     token = meta.get("continue")
                     if not token:

@@ -21,7 +21,7 @@ class RefusingApi:
     def __init__(self) -> None:
         self.lists = 0
 
-    def list_all(self, resource: Resource) -> Any:
+    def list_all(self, resource: Resource, summarize: Any) -> Any:
         self.lists += 1
         raise ConnectionRefusedError("connection refused")
 

@@ -16,6 +16,7 @@ from discovery_sync.backends.kube.liveness import (
     update_entry,
 )
 from discovery_sync.backends.kube.served import ServedSet
+from discovery_sync.backends.kube.summary import versioned
 from discovery_sync.backends.kube.view import ResourceCache
 from discovery_sync.backends.kube.wire import Resource
 
@@ -158,5 +159,6 @@ def test_records_in_the_wrong_map_are_skipped():
     ],
 )
 def test_the_read_barrier_compares_versions_per_object(cached, progress, listed, at, covered):
-    cache = ResourceCache(Resource("things", lambda **kw: None), objects=cached, progress=progress)
-    assert cache.covers(listed, at) is covered
+    summaries = {name: versioned(o) for name, o in cached.items()}
+    cache = ResourceCache(Resource("things", lambda **kw: None), objects=summaries, progress=progress)
+    assert cache.covers({name: versioned(o) for name, o in listed.items()}, at) is covered
