@@ -16,7 +16,8 @@ configuration, else ``KUBECONFIG`` / ``~/.kube/config``), ``read_only`` (never w
 the identity is ignored), ``request_timeout`` (seconds bounding each API request; for watches,
 connecting only; default 10 s to connect and 30 s to answer), ``connect_timeout`` (seconds
 ``connect()`` keeps trying to reach the API server, default 10; ``none``/None: without limit),
-``ready_timeout``, ``write_timeout``, ``sync_timeout``, ``consistent_reads`` (see :mod:`.options`).
+``ready_timeout``, ``write_timeout``, ``sync_timeout``, ``consistent_reads`` (default true: see
+:class:`KubeDiscovery`).
 The CRD and RBAC to install are in ``manifests/`` (:data:`MANIFESTS`).
 
 Kubernetes cannot host a failover cohort: a writing client given a logical instance id (the

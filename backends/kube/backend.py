@@ -93,7 +93,11 @@ class KubeDiscovery(Discovery):
     :param ready_timeout: seconds reads wait for the first complete view (then BackendUnavailable).
     :param write_timeout: seconds a CR write is retried before it fails and is rolled back.
     :param sync_timeout: seconds a consistent read waits for the watches to catch up.
-    :param consistent_reads: check that the view is current before each read (two LISTs).
+    :param consistent_reads: (default True) check that the view is current before each read, so a
+        record any pod wrote before the call is in its answer: a LIST of one object per resource,
+        and a LIST of a resource whose watch has not reached the version it answered
+        (:meth:`~.view.KubeDaemon.sync`). False: serve what the watches hold, asking the API
+        server nothing (as an informer's lister does).
     :param connect_timeout: seconds connecting keeps asking the API server for ``/version`` until it
         answers (0.5 s doubling to 5 s; default 10, as etcd clients dial; None: without limit, for a
         worker that starts before its cluster is reachable), then BackendUnavailable naming the

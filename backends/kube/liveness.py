@@ -9,26 +9,18 @@ restart) exclude it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from discovery_sync.identity import DiscoveryInstanceId
 from discovery_sync.model import DiscoveryInstance
 
+from .identity import cr_name_for
 from .layout import Slot, parse_data
-from .summary import ObjectSummary, Readiness, pod_owner_uid, ready_from_pods, ready_from_slices, summarize_cr
 
-__all__ = [
-    "Readiness",
-    "WorkerEntry",
-    "is_served",
-    "parse_rv",
-    "pod_owner_uid",
-    "ready_from_pods",
-    "ready_from_slices",
-    "update_entry",
-]
+if TYPE_CHECKING:
+    from .summary import ObjectSummary
 
 
 def parse_rv(value: Any) -> int | None:
@@ -37,6 +29,49 @@ def parse_rv(value: Any) -> int | None:
         return int(value)
     except (TypeError, ValueError):
         return None
+
+
+#: CR name -> uids of the ready pods that may own it
+Readiness = dict[str, set[str]]
+
+
+def ready_from_slices(slices: Iterable[Mapping[str, Any]]) -> Readiness:
+    """Pod mode: the pods EndpointSlices list as ready, by pod name (= CR name)."""
+    ready: Readiness = {}
+    for item in slices:
+        for endpoint in item.get("endpoints") or []:
+            ref = endpoint.get("targetRef") or {}
+            conditions = endpoint.get("conditions") or {}
+            if (
+                conditions.get("ready") is True
+                and ref.get("name")
+                and ref.get("uid")
+                and ref.get("kind", "Pod") == "Pod"
+            ):
+                ready.setdefault(ref["name"], set()).add(ref["uid"])
+    return ready
+
+
+def ready_from_pods(pods: Iterable[Mapping[str, Any]]) -> Readiness:
+    """Container mode: every ready container of a pod, by its CR name (``{pod}[-{container}]``)."""
+    ready: Readiness = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        if not meta.get("name") or not meta.get("uid"):
+            continue
+        for status in (pod.get("status") or {}).get("containerStatuses") or []:
+            if status.get("ready") is True and status.get("name"):
+                ready.setdefault(cr_name_for(meta["name"], status["name"]), set()).add(meta["uid"])
+    return ready
+
+
+def pod_owner_uid(cr: Mapping[str, Any]) -> str | None:
+    """The uid of the Pod the CR's ownerReferences name (None without one)."""
+    for ref in (cr.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("kind") == "Pod" and ref.get("apiVersion", "v1") == "v1" and ref.get("uid"):
+            uid: str = ref["uid"]
+            return uid
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +94,9 @@ def update_entry(previous: WorkerEntry | None, cr: ObjectSummary | Mapping[str, 
     While the CR uid and owner uid are unchanged, a ``spec.data`` that is null or unparsable keeps
     the last valid records, and records keep the version they first appeared at.
     """
-    summary = cr if isinstance(cr, ObjectSummary) else summarize_cr(cr)
+    from .summary import summarize_cr  # (it reads this module's rules)
+
+    summary = summarize_cr(cr) if isinstance(cr, Mapping) else cr
     name, uid, owner, version = summary.name, summary.uid, summary.owner, summary.resource_version
     same = previous is not None and (previous.uid, previous.owner_uid) == (uid, owner)
     if same and previous is not None and previous.resource_version == version:

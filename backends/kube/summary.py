@@ -16,54 +16,11 @@ Names and uids are interned: each appears in several indexes of the view.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .identity import cr_name_for
-
-#: CR name -> uids of the ready pods that may own it
-Readiness = dict[str, set[str]]
-
-
-def ready_from_slices(slices: Iterable[Mapping[str, Any]]) -> Readiness:
-    """Pod mode: the pods EndpointSlices list as ready, by pod name (= CR name)."""
-    ready: Readiness = {}
-    for item in slices:
-        for endpoint in item.get("endpoints") or []:
-            ref = endpoint.get("targetRef") or {}
-            conditions = endpoint.get("conditions") or {}
-            if (
-                conditions.get("ready") is True
-                and ref.get("name")
-                and ref.get("uid")
-                and ref.get("kind", "Pod") == "Pod"
-            ):
-                ready.setdefault(ref["name"], set()).add(ref["uid"])
-    return ready
-
-
-def ready_from_pods(pods: Iterable[Mapping[str, Any]]) -> Readiness:
-    """Container mode: every ready container of a pod, by its CR name (``{pod}[-{container}]``)."""
-    ready: Readiness = {}
-    for pod in pods:
-        meta = pod.get("metadata") or {}
-        if not meta.get("name") or not meta.get("uid"):
-            continue
-        for status in (pod.get("status") or {}).get("containerStatuses") or []:
-            if status.get("ready") is True and status.get("name"):
-                ready.setdefault(cr_name_for(meta["name"], status["name"]), set()).add(meta["uid"])
-    return ready
-
-
-def pod_owner_uid(cr: Mapping[str, Any]) -> str | None:
-    """The uid of the Pod the CR's ownerReferences name (None without one)."""
-    for ref in (cr.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("kind") == "Pod" and ref.get("apiVersion", "v1") == "v1" and ref.get("uid"):
-            uid: str = ref["uid"]
-            return uid
-    return None
-
+from .liveness import Readiness, pod_owner_uid, ready_from_pods, ready_from_slices
 
 #: a readiness object's contribution: (CR name, ready pod uid) pairs
 ReadyPairs = tuple[tuple[str, str], ...]

@@ -29,10 +29,16 @@ BackendUnavailable with it at once, not after a timeout; the stream keeps retryi
 its watch opens the reads work again and the client is RECONNECTED. The state stays Pending when
 the very first list is refused.
 
-:meth:`sync` is the read barrier behind read-your-writes across pods: it lists both resources and
-waits until the view has applied at least that state (comparing resourceVersions as integers, as
-etcd-backed servers issue them). It needs no BOOKMARK: the listed objects carry their own
-resourceVersions, which the watch events reach (a quiet cluster is covered by the first list).
+:meth:`sync` is the read barrier behind read-your-writes across pods (consistent reads, the
+default): it asks each resource's collection resourceVersion with a LIST of one object (read
+from etcd: the revision now) and returns at once when the watches have applied every change up
+to it (comparing resourceVersions as integers, as etcd-backed servers issue them). A watch gets
+no BOOKMARK when its resource is quiet, and Kubernetes 1.28 offers a client no progress notify,
+so a resource whose watch has not reached that version is listed (names and versions only kept)
+and the barrier waits until the view has applied at least that state; the cache then counts as
+current at the list's version, so the next read of a quiet namespace lists nothing.
+
+The caches keep summaries of the objects (:mod:`.summary`), made by the streams as they arrive.
 """
 
 from __future__ import annotations
