@@ -5,10 +5,12 @@
 Run from the repository root: the fake API server is test code (``testrigs/kube_fake``), so this
 lives beside the tests rather than in the installed ``discovery-sync bench``.
 
-* ``initial_sync``: N workers (a ready Pod and a DynamoWorkerMetadata with one endpoint each)
-  exist; a new client connects and ``list_and_watch`` runs until its ``Resync``. Also the time of
-  one ``list()`` afterwards with consistent reads (the default: two LISTs to check the view is
-  current) and without (the daemon's view as it is).
+* ``initial_sync``: N workers (a ready Pod and a DynamoWorkerMetadata with one endpoint and one
+  model card each) exist; a new process (the reader: its RSS and first connect are the client's
+  alone) connects and ``list_and_watch`` runs until its ``Resync``: the time, and the RSS grown
+  per worker. Also the time of the process's first ``connect()`` (imports, kubeconfig, first
+  request), and of a warm ``list()`` with consistent reads (the default: a LIST of one object per
+  resource, see backends/kube/view.py) and without (what the watches hold).
 * ``delivery``: a writer process registers (and unregisters) endpoints stamped with the send
   time; a watcher in this process times each ``Added``. Measured in an empty namespace and next
   to 1,000 other workers (a change must cost what it touches, not the namespace).
