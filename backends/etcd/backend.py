@@ -199,8 +199,10 @@ class EtcdDiscovery(Discovery):
             if self._lease is None:
                 self._check_writable("hold a lease")
                 self._check_open()  # _close() takes the lease under this lock once _closed is set
+                # the first key name of the client's range: one a user allowed to read it may read
+                quorum_key = self.keys.everything()[0]
                 lease = LeaseKeeper(
-                    self.gateway, self.ttl, self._rewrite_owned, self._connection, quorum_range=self.keys.everything()
+                    self.gateway, self.ttl, self._rewrite_owned, self._connection, quorum_key=quorum_key
                 )
                 lease.start()
                 self._lease = lease

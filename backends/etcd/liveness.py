@@ -67,10 +67,10 @@ class LeaseKeeper:
         connection: ConnectionStates,
         lease_id: int = 0,
         *,
-        quorum_range: tuple[bytes, bytes] = (b"\0", b"\0"),
+        quorum_key: bytes = b"\0",
     ) -> None:
         self.gateway = gateway
-        self._quorum_range = quorum_range
+        self._quorum_key = quorum_key
         self.ttl = ttl
         self._rewrite = rewrite
         self._connection = connection
@@ -121,7 +121,7 @@ class LeaseKeeper:
         if remaining > 0:
             # a leader cut off from the others renews for a while: believe the renewal once a
             # quorum answers
-            self.gateway.confirm_quorum(*self._quorum_range, deadline=deadline, on_overdue=self._overdue)
+            self.gateway.confirm_quorum(self._quorum_key, deadline=deadline, on_overdue=self._overdue)
             self.expires_at = sent + remaining
         else:
             self._lost(

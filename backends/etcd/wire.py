@@ -774,15 +774,16 @@ class EtcdGateway:
     def confirm_quorum(
         self,
         key: bytes,
-        range_end: bytes,
         *,
         deadline: float | None = None,
         on_overdue: Callable[[str, str], None] | None = None,
     ) -> None:
-        """A linearizable read of one key name in [key, range_end) (no value), with the keep-alive's
-        patience: a member answers it only once the leader has heard from a quorum, so a leader
-        cut off from the others, which may still renew leases for a second or two, is caught."""
-        body = {"key": b64(key), "range_end": b64(range_end), "limit": 1, "keys_only": True}
+        """A linearizable read of the one key ``key`` (no value), with the keep-alive's patience: a
+        member answers it only once the leader has heard from a quorum, so a leader cut off from the
+        others, which may still renew leases for a second or two, is caught. One key, not a range
+        with a limit of 1: etcd counts every key of a range whatever the limit (6.6 ms at 100,000
+        records against 1.3 ms at 1,000, on every keep-alive of every client)."""
+        body = {"key": b64(key), "keys_only": True}
         self._call(
             "/v3/kv/range",
             body,
