@@ -2,8 +2,8 @@
 one JSON object (and a table on stderr).
 
     .venv/bin/python -m benchmarks.scale [--records 1000,10000,50000] [--runs 5] [--window 20] [--ttl 10]
-        [--warmup 12] [--reference-max-records 10000] [--watches 1,200,1000] [--no-reference] [--no-etcd]
-        [--source DIR ...]
+        [--warmup 12] [--reference-max-records 10000] [--watches 1,200,1000] [--etcd-records 100000]
+        [--no-reference] [--no-etcd] [--source DIR ...]
 
 Run from the repository root (the reference workers and the etcd are the test suite's rigs). For each
 store size N:
@@ -24,7 +24,12 @@ store size N:
 
 ``ratios`` are reference / ours (above 1: ours costs less). ``etcd`` (unless ``--no-etcd``) is
 ``benchmarks.etcd_watches`` for ``--watches``: threads, sockets and delivery p50/p99 of N watches on
-one client, in a process of its own.
+one client, in a process of its own. ``etcd_scale`` (unless ``--no-etcd``, or ``--etcd-records 0``) is
+``benchmarks.etcd_scale`` on ``--etcd-records`` records (and first on ``--reference-max-records``
+when that is fewer, a store the reference can read whole): write speed, our cold list, initial sync,
+memory per record and idle CPU of a watcher and of the lease's holder, beside the reference
+worker's initial sync, memory and idle CPU on the same etcd (with ``--window``; no reference with
+``--no-reference``), its ``ratios`` reference / ours; run in a process of its own.
 
 ``--source DIR`` (repeatable; default: this checkout) measures other checkouts of the library in the
 same run, before and after side by side: ``git worktree add --detach /tmp/before <commit>`` and
@@ -57,6 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import file_idle, file_reads
+from benchmarks.etcd_scale import table as etcd_scale_table
 from benchmarks.file_memory import _git, _import_library
 
 REPOSITORY = Path(__file__).resolve().parent.parent
@@ -251,6 +257,25 @@ def etcd_watches(watches: str) -> dict[str, Any]:
     return result
 
 
+def etcd_scale(args: argparse.Namespace) -> dict[str, Any]:
+    """``benchmarks.etcd_scale`` on ``--etcd-records`` records, in a process of its own."""
+    options = ["--records", str(args.etcd_records), "--window", str(args.window)]
+    options += ["--reference-records", str(args.reference_max_records)]
+    if args.no_reference:
+        options.append("--no-reference")
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.etcd_scale", *options],
+        cwd=REPOSITORY,
+        env={**os.environ, "PYTHONPATH": str(REPOSITORY)},
+        capture_output=True,  # its table is drawn again below; its stderr is shown when it fails
+        text=True,
+    )
+    if done.returncode:
+        raise RuntimeError(f"benchmarks.etcd_scale failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
 def _label(source: dict[str, Any]) -> str:
     """A source as the table names it: its commit (``+`` if it has uncommitted changes), or its path."""
     if not source.get("commit"):
@@ -307,6 +332,8 @@ def table(report: dict[str, Any]) -> str:
                 f"{run['distinct']['p50_ms']}/{run['distinct']['p99_ms']} | "
                 f"{run['fanout']['p50_ms']}/{run['fanout']['p99_ms']}"
             )
+    if "etcd_scale" in report:
+        lines.append(etcd_scale_table(report["etcd_scale"]))
     return "\n".join(lines)
 
 
@@ -340,7 +367,13 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--watches", default="1,200,1000", help="etcd watch counts, comma-separated")
     parser.add_argument("--no-reference", action="store_true", help="measure no reference-runtime worker")
-    parser.add_argument("--no-etcd", action="store_true", help="skip the etcd watch table")
+    parser.add_argument(
+        "--etcd-records",
+        type=int,
+        default=100_000,
+        help="records of the etcd scale section (benchmarks.etcd_scale; 0: skip it)",
+    )
+    parser.add_argument("--no-etcd", action="store_true", help="skip the etcd watch table and the etcd scale section")
     parser.add_argument(
         "--source",
         action="append",
@@ -379,6 +412,8 @@ def main(argv: list[str] | None = None) -> None:
         ]
     if not args.no_etcd:
         report["etcd"] = etcd_watches(args.watches)
+        if args.etcd_records > 0:
+            report["etcd_scale"] = etcd_scale(args)
     report["load_average_after"] = [round(value, 2) for value in os.getloadavg()]
     sys.stdout.write(json.dumps(report, indent=1) + "\n")
     sys.stderr.write(table(report) + "\n")

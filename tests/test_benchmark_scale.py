@@ -15,7 +15,7 @@ from tests.benchmark_runs import run_benchmark
 
 def test_scale_benchmark_prints_every_number_with_the_reference_beside_ours():
     options = ["--records", "200", "--runs", "2", "--window", "2", "--warmup", "2", "--watches", "1,20"]
-    done = run_benchmark("scale", *options, timeout=300)
+    done = run_benchmark("scale", *options, "--etcd-records", "300", timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout)
     (size,) = report["sizes"]
@@ -39,9 +39,16 @@ def test_scale_benchmark_prints_every_number_with_the_reference_beside_ours():
         assert run["watch_threads"] == 1  # one bucket watched: one shared stream
         assert run["distinct"]["count"] == min(run["watches"], 100)
         assert run["fanout"]["count"] == 5 * run["watches"]
+    (etcd,) = report["etcd_scale"]["sizes"]  # --reference-max-records is not below 300: one size
+    assert etcd["records"] == 300 and etcd["ours"]["watcher"]["seen"] == 300
+    assert etcd["ours"]["initial_sync"]["wall_ms"] > 0 and etcd["ours"]["idle"]["watcher"]["window_s"] >= 2
+    assert etcd["reference"]["known"] == 300 and etcd["reference"]["initial_sync_ms"] > 0
+    assert etcd["ratios"]["initial_sync"] > 0
     table = done.stderr.splitlines()
     assert table[0].startswith("records | cold ms")
     assert table[1].startswith("200 | ")
+    assert table[-2].startswith("etcd records | write s")
+    assert table[-1].startswith("300 | ")
 
 
 FIGURES = (
