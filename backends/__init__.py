@@ -19,8 +19,9 @@ The roles every backend has, and the module holding each (``memory.py`` holds th
 * Helpers of one backend keep their own names: file's directory, survey (one listing), rescan
   (the rescan thread and its schedule), sight (judging liveness or not), own (this client's
   files), cohort (claims and fencing), garbage (collect_garbage), timing, doctor, locks,
-  softlock, failover, missed, mounts, permissions, names (which names are records) and sweep
-  (removal of the dead); kube's identity, served (the index the view serves from), keeper
+  softlock, failover, missed, mounts, permissions, names (which names are records), owner_lock
+  and owners (liveness from the kernel) and sweep (removal of the dead); kube's identity, served
+  (the index the view serves from), summary (what the view keeps of an object), keeper
   (the connection state, and applying a deleted CR again), refusals (what a 401/403/404 means
   and what to do) and access (the permissions doctor reviews).
   tests/test_repository.py checks that every name in the table exists where it says.

@@ -195,7 +195,7 @@ class FileDiscovery(Discovery):
         self._views = bucket_views(
             self._buckets, self.dead_after, settle=self.cache_window, max_record_bytes=self.max_record_bytes,
             clock=self._clock, missing_is_empty=self.read_only, subscribed=lambda kind: bool(self._feeds.current(kind)),
-            patience=self._patience,
+            patience=self._patience, progress=lambda: self._rescans.progressed(),
         )  # fmt: skip
 
     def _assemble(self, option: dict[str, Any]) -> None:

@@ -175,9 +175,20 @@ class Rescans:
             if self._progress is not None:
                 self._progress()
 
+    def progressed(self) -> None:
+        """The store answered a scan or sweep of this client (any thread's): the stall bound of
+        every rescan under way counts from now. A rescan that keeps getting answers (a sweep of
+        10k dead records, a big store on a loaded machine), or that waits for a view another
+        thread sweeps meanwhile, is slow, not stalled; a frozen mount answers nothing."""
+        if self._scanning:
+            now = self._clock.monotonic()
+            for ident, (_, bound) in list(self._scanning.items()):
+                self._scanning[ident] = (now, bound)
+
     @property
     def scanning_since(self) -> float | None:
-        """When the oldest rescan under way began, on the clock (None: none is)."""
+        """When the oldest rescan under way began or last got an answer of the store (see
+        :meth:`progressed`), on the clock (None: none is)."""
         return min((began for began, _ in list(self._scanning.values())), default=None)
 
     @property

@@ -48,6 +48,8 @@ class Sight:
         """Make every view blind, or seeing again, as the module docstring says."""
         now = self._clock.monotonic()
         reason = self._reason(now)
+        for view in self._views:
+            view.mtimes_needed = reason is not None
         others_write = False
         if reason is None:
             self._trouble_since = None

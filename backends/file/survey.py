@@ -18,6 +18,7 @@ from typing import Protocol
 
 from .directory import listing
 from .names import describe_entry, may_be_record
+from .owner_lock import OwnerState
 from .wire import stat_regular
 
 #: how much older than a scan the directory's mtime must be for any later change to give it
@@ -27,6 +28,7 @@ SETTLED_NS = 2_000_000_000
 FINE_SETTLED_NS = 100_000_000
 
 DirState = tuple[int, int, int]  # a directory's (inode, mtime_ns, ctime_ns)
+_HELD = OwnerState.HELD
 
 
 def settled(began_ns: int, mtime_ns: int) -> bool:
@@ -45,12 +47,14 @@ class Known(Protocol):
     """What a survey needs of a file the view holds."""
 
     ino: int
+    owner: OwnerState
 
 
 @dataclass(slots=True)
 class Survey:
     """One listing: ``found`` maps each record file under the prefix to its stat (None: new, see
-    ``unread``; or one of ``touched``). A survey of the whole directory (``whole``) also holds
+    ``unread``; or one of ``touched``; or a record whose owner holds its lock, unchanged as far as
+    the listing shows, when the survey skips those). A survey of the whole directory (``whole``) also holds
     its leftover files and foreign entries."""
 
     state: DirState  # the directory's, when listed
@@ -77,31 +81,43 @@ def survey(
     began_ns: int,
     whole: bool,
     own: Mapping[str, int] | None = None,
+    skip_held: bool = False,
 ) -> Survey:
     """List the directory: regular files with record names (and the prefix). Known ones come with
     their stat; new ones are listed in ``unread``. ``own``: this client's files (name -> the inode
     it wrote); one whose listing and view show that inode is listed in ``touched`` instead of
-    being stat-ed. A ``whole`` survey also collects leftover files and foreign entries.
+    being stat-ed. ``skip_held``: neither is a known record whose owner holds its lock and whose
+    listing shows the inode the view holds (the kernel says its writer lives: its mtime says
+    nothing more). A ``whole`` survey also collects leftover files and foreign entries.
     ``state`` is the directory's (:func:`dir_state`), taken after ``began_ns`` (:func:`now_ns`)."""
     found = Survey(state, began_ns, whole)
     with listing(dir_fd) as entries:
         for entry in entries:
-            _sort(found, entry, name_prefix, known, own)
+            _sort(found, entry, name_prefix, known, own, skip_held)
     return found
 
 
 def _sort(
-    found: Survey, entry: os.DirEntry[str], name_prefix: str, known: Mapping[str, Known], own: Mapping[str, int] | None
+    found: Survey,
+    entry: os.DirEntry[str],
+    name_prefix: str,
+    known: Mapping[str, Known],
+    own: Mapping[str, int] | None,
+    skip_held: bool,
 ) -> None:
     """Put one directory entry where it belongs in ``found``."""
     name = entry.name
     cached = known.get(name)
     if cached is not None:  # a record name already, and no dot file
         candidate = not name_prefix or name.startswith(name_prefix)
-        if own is not None and candidate and own.get(name) == cached.ino == entry.inode():
-            found.found[name] = None
-            found.touched.append(name)
-            return
+        if candidate and cached.ino == entry.inode():
+            if own is not None and own.get(name) == cached.ino:
+                found.found[name] = None
+                found.touched.append(name)
+                return
+            if skip_held and cached.owner is _HELD:
+                found.found[name] = None
+                return
     else:
         candidate = name.startswith(name_prefix) and not name.startswith(".") and may_be_record(name)
         # the type the listing gives costs no system call (DT_UNKNOWN falls back to lstat)

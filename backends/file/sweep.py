@@ -159,6 +159,7 @@ class Sweeper:
                 )
             view.forget_leftover(name)
             return True
+        view.progress()
         if removed:
             _log_removed(view, name, entry)
             result.append(key)
@@ -179,7 +180,9 @@ class Sweeper:
         :meth:`_still_released`), or None when the answer took so long that the store stalled:
         then every clock of the view starts again."""
         began = self._clock.monotonic()
-        unchanged = _still_unchanged(dir_fd, name, entry)
+        # a released lock is the kernel's word: the mtime (which full scans skip while the lock
+        # is held) says nothing more; the same inode is the same writer's file
+        unchanged = _still_unchanged(dir_fd, name, entry, mtime=entry.owner is not OwnerState.RELEASED)
         took = self._clock.monotonic() - began
         if took <= STALL_AFTER:
             return unchanged and self._still_released(entry)
@@ -194,8 +197,9 @@ def _log_removed(view: BucketView, name: str, entry: Entry) -> None:
         log.info("removed %s/%s: no heartbeat for %.1f s", view.kind.bucket, name, view.dead_after)
 
 
-def _still_unchanged(dir_fd: int, name: str, entry: Entry) -> bool:
-    """Re-check a dead file right before deleting it: a regular file, same inode, same mtime.
+def _still_unchanged(dir_fd: int, name: str, entry: Entry, *, mtime: bool = True) -> bool:
+    """Re-check a dead file right before deleting it: a regular file, same inode, same mtime
+    (without ``mtime``: same inode).
 
     The file is re-opened and its open handle stat-ed: network filesystems revalidate attributes
     on open (NFS close-to-open) or answer fstat from the server (sshfs), not from a stale cache.
@@ -209,4 +213,4 @@ def _still_unchanged(dir_fd: int, name: str, entry: Entry) -> bool:
             return False
     if st is None or not stat.S_ISREG(st.st_mode):  # gone, or not a regular file any more
         return False
-    return (st.st_ino, st.st_mtime_ns) == (entry.ino, entry.mtime_ns)
+    return st.st_ino == entry.ino and (not mtime or st.st_mtime_ns == entry.mtime_ns)

@@ -114,6 +114,10 @@ class UsualDuration:
         return False
 
 
+def _nothing() -> None:
+    pass
+
+
 def digest(raw: bytes) -> Content:
     return hashlib.blake2b(raw, digest_size=16).digest()
 
@@ -216,6 +220,7 @@ class BucketView:
         subscribed: Callable[[RecordKind], bool] | None = None,
         patience: Patience | None = None,
         on_stall: Callable[[], None] | None = None,
+        progress: Callable[[], None] | None = None,
     ) -> None:
         """``dead_after``: seconds an unchanged mtime stays alive; ``settle``: seconds a read may
         disagree with the store (the mount's cache window); files over ``max_record_bytes`` are
@@ -225,9 +230,12 @@ class BucketView:
         under ``publishing``). ``patience``: the slack of a writer whose heartbeat is slower than
         this reader's TTL asks (None: no writer's is, this reader's TTL is the longest any
         heartbeat stands for). ``on_stall()``: the store stalled a read (:meth:`stalled`); default:
-        :meth:`restart_clocks`."""
+        :meth:`restart_clocks`. ``progress()``: told as a scan or sweep gets an answer of the
+        store (a listing, a file read, a removal): an operation that keeps getting answers is
+        slow, not stalled (:meth:`.rescan.Rescans.progressed`)."""
         self.kind, self.missing_is_empty = kind, missing_is_empty
         self._on_stall = on_stall if on_stall is not None else self.restart_clocks
+        self.progress: Callable[[], None] = progress if progress is not None else _nothing
         self.directory = directory
         self.dead_after = dead_after
         self.settle = settle
@@ -250,6 +258,8 @@ class BucketView:
         self._blind: str | None = None  # why nothing is judged dead now
         self._unwarned: set[str] = set()  # names of entries with a problem warn_pending() has not said yet
         self.moved_at = float("-inf")  # a file last seen to change (beat, new content): writes reach the store
+        #: full scans must stat records of live owners too: :mod:`.sight` looks for others' heartbeats
+        self.mtimes_needed = False
         self._scan_cost = UsualDuration()  # of a scan: a far longer one was stalled
         self._owner_memo = _OwnerMemo()
 
@@ -281,7 +291,9 @@ class BucketView:
         ``touched``: this client's own files; one whose listing shows the inode this client
         wrote, the one the view holds, is not even stat-ed but taken as alive at ``touched.at``
         (a file replaced by another writer has another inode; an in-place rewrite keeps it, and
-        waits for its notification or the next deep scan)."""
+        waits for its notification or the next deep scan). Nor is a record whose owner holds its
+        lock and whose listing shows the inode the view holds (the kernel says it lives), unless
+        :attr:`mtimes_needed` (then every mtime that moves shows that others write)."""
         return self._scan("", FULL, gate, touched)
 
     def scan_deep(self, name_prefix: str = "", *, gate: Gate | None = None) -> Changes:
@@ -310,8 +322,15 @@ class BucketView:
                 dir_fd = using.enter_context(self.directory.use())
                 state = dir_state(dir_fd)
                 whole = not name_prefix
-                own = touched.inodes if touched is not None and whole and depth == FULL else None
-                found = survey(dir_fd, name_prefix, self._entries, state=state, began_ns=began_ns, whole=whole, own=own)
+                full = depth == FULL
+                own = touched.inodes if touched is not None and whole and full else None
+                # while this client cannot trust its own sight, others' heartbeats show in mtimes
+                skip_held = full and not self.mtimes_needed
+                found = survey(
+                    dir_fd, name_prefix, self._entries, state=state, began_ns=began_ns, whole=whole, own=own,
+                    skip_held=skip_held,
+                )  # fmt: skip
+                self.progress()
             except (FileNotFoundError, DirectoryClosed):
                 if not self.missing_is_empty:
                     raise
@@ -484,6 +503,7 @@ class BucketView:
         dropped, unless ``gate`` holds that back: a notification may still deliver it)."""
         try:
             found = read_regular(dir_fd, name, self.max_record_bytes)
+            self.progress()
         except (OSError, RecordTooLarge) as exc:
             if st is None:
                 st = stat_entry(dir_fd, name)
@@ -720,6 +740,10 @@ class BucketView:
                 if state is OwnerState.RELEASED and entry.read_at > probed_at:
                     waiting = True  # judged by the next probe, even if it answers the same
                     continue
+                if entry.owner is OwnerState.HELD and state is not OwnerState.RELEASED:
+                    # its mtime was not looked at while the lock spoke (full scans skip it): the
+                    # mtime rule counts from the last moment the lock showed it alive
+                    entry.seen_at = max(entry.seen_at, probed_at)
                 entry.owner = state
                 self._changes += 1
                 died = died or (state is OwnerState.RELEASED and not entry.expired)
