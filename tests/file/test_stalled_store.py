@@ -12,6 +12,7 @@ on a manual clock at the one place a real freeze blocks, and the rescans run on 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -163,3 +164,69 @@ def test_a_big_healthy_store_whose_scans_take_seconds_is_not_taken_for_a_frozen_
     _watching(reader, *(record for record, _ in written))
     assert _swept_within(reader, clock, 60.0, *(path for _, path in written))
     assert states == []  # never SUSPENDED: its rescans made progress as usual for their size
+
+
+def _removing_slowly(clock: ManualClock, client: ds.Discovery, seconds: float, monkeypatch: Any) -> list[str]:
+    """Every removal of a dead record takes ``seconds`` of the clock (a slow, healthy store), and
+    the client's link judges its connection after each one; the states it reported meanwhile."""
+    from discovery_sync.backends.file import sweep
+
+    remove = sweep.remove_record
+    states: list[str] = []
+    client.add_state_listener(lambda change: states.append(f"{change.state}: {change.reason}"))
+
+    def slow_removal(dir_fd: int, name: str) -> bool:
+        clock.advance(seconds)
+        removed = remove(dir_fd, name)
+        client._link.judge()  # type: ignore[attr-defined]  # as the link thread would, at any moment
+        return removed
+
+    monkeypatch.setattr(sweep, "remove_record", slow_removal)  # our own code's call, not a library's
+    return states
+
+
+def test_a_rescan_whose_sweep_keeps_removing_for_seconds_is_not_a_stall(tmp_path, clock, reader, monkeypatch):
+    """Issue 37: a killed writer's 10k records took a rescan's sweep seconds, and every client
+    took that for a frozen store (SUSPENDED). Each removal is an answer of the store: 300
+    removals of 20 ms each (6 s) are slow, not stalled."""
+    store = tmp_path / "store"
+    written = [hand_written(store, f"e{i}", i + 1) for i in range(300)]
+    _watching(reader, *(record for record, _ in written))
+    states = _removing_slowly(clock, reader, 0.02, monkeypatch)
+    assert _swept_within(reader, clock, 60.0, *(path for _, path in written))
+    assert states == []
+
+
+def test_a_rescan_waiting_for_another_threads_sweep_is_not_stalled(tmp_path, clock, reader):
+    """A rescan blocked on a view that another thread sweeps (the owners thread removing a killed
+    writer's records) waits for this client, not for the store: every answer the other thread
+    gets restarts its bound."""
+    rescans = reader._rescans  # type: ignore[attr-defined]
+    view = reader._views[ds.RecordKind.ENDPOINT]  # type: ignore[attr-defined]
+    entered, release = threading.Event(), threading.Event()
+    scan = view._scan_directory
+
+    def blocked(*args: object) -> object:
+        entered.set()
+        release.wait(10)
+        return scan(*args)
+
+    view._scan_directory = blocked
+    rescanning = threading.Thread(target=rescans.rescan, name="test-rescan")
+    rescanning.start()
+    try:
+        assert entered.wait(10)
+        began = rescans.scanning_since
+        for _ in range(5):
+            clock.advance(1.5)  # 7.5 s in all: far past any bound
+            view.progress()  # the other thread's removal got an answer
+            reader._link.judge()  # type: ignore[attr-defined]
+            assert reader.state is ds.ConnectionState.CONNECTED
+        assert rescans.scanning_since == clock.monotonic() > began
+        clock.advance(rescans.stall_after + 1)  # and now no answer comes
+        reader._link.judge()  # type: ignore[attr-defined]
+        assert reader.state is ds.ConnectionState.SUSPENDED
+    finally:
+        release.set()
+        rescanning.join(10)
+        view._scan_directory = scan
