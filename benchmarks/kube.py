@@ -1,6 +1,6 @@
 """The Kubernetes backend's numbers through the fake API server, printed as one JSON object.
 
-    .venv/bin/python -m benchmarks.kube [--events 300] [--sizes 250,500,1000,2000]
+    .venv/bin/python -m benchmarks.kube [--events 300] [--sizes 250,500,1000,2000] [--reference]
 
 Run from the repository root: the fake API server is test code (``testrigs/kube_fake``), so this
 lives beside the tests rather than in the installed ``discovery-sync bench``.
@@ -11,6 +11,17 @@ lives beside the tests rather than in the installed ``discovery-sync bench``.
   per worker. Also the time of the process's first ``connect()`` (imports, kubeconfig, first
   request), and of a warm ``list()`` with consistent reads (the default: a LIST of one object per
   resource, see backends/kube/view.py) and without (what the watches hold).
+  With ``--reference`` (needs ``ai-dynamo-runtime``) every worker serves one endpoint,
+  ``bench.background.generate`` (the reference's clients are per endpoint), and beside our reader a
+  reference-runtime process reads the same server: ``sync_ms`` from creating its
+  ``DistributedRuntime`` (which creates its Kubernetes discovery client and starts its daemon's
+  LIST+WATCH of EndpointSlices and DynamoWorkerMetadata) until its client of the endpoint knows
+  every worker's instance (polled every 10 ms), and the RSS it grew meanwhile (after a 1 s
+  settle). Both readers also read a namespace without workers in a server of their own (their
+  fixed cost: the reference's runtime grows about 18 MB, ours about 50 kB);
+  ``rss_kb_per_worker_net`` subtracts it. ``reference_over_ours`` holds the ratios reference/ours
+  (``rss_per_worker_net_over_our_gross``: against our figure with its fixed cost, the stricter
+  one for us).
 * ``delivery``: a writer process registers (and unregisters) endpoints stamped with the send
   time; a watcher in this process times each ``Added``. Measured in an empty namespace and next
   to 1,000 other workers (a change must cost what it touches, not the namespace).
@@ -30,7 +41,9 @@ numbers are an upper bound for a real API server, whose own latency is not model
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
+import os
 import subprocess
 import sys
 import tempfile
@@ -52,6 +65,13 @@ from testrigs.kube_fake import PODS, WORKER_METADATA, FakeKubeServer
 from testrigs.kube_fake.objects import build_pod
 
 NAMESPACE = "default"
+#: the endpoint every worker serves in the side-by-side with the reference (``--reference``)
+SHARED_ENDPOINT = "bench.background.generate"
+#: seconds the reference reader may take to know every worker
+REFERENCE_SYNC_TIMEOUT = 120.0
+#: seconds the reference reader idles after its sync before its RSS is read (its daemon may still
+#: be building the snapshot it has just published)
+REFERENCE_SETTLE = 1.0
 
 
 def _url(kubeconfig: Path, pod: dict[str, Any], **options: Any) -> str:
@@ -83,17 +103,18 @@ def _card(i: int) -> dict[str, Any]:
     }
 
 
-def _populate(server: FakeKubeServer, workers: int) -> None:
-    """``workers`` ready pods in one EndpointSlice, each with a CR holding one endpoint and one model card."""
+def _populate(server: FakeKubeServer, workers: int, shared: bool = False) -> None:
+    """``workers`` ready pods in one EndpointSlice, each with a CR holding one endpoint and one model card:
+    endpoint ``e<i>`` of ``bench.background``, or with ``shared`` all of them :data:`SHARED_ENDPOINT`."""
     targets = []
     for i in range(workers):
         name = f"bg-{i}"
         pod = server.upsert(PODS, build_pod(name, NAMESPACE, str(uuid.uuid4()), ("main",), True, {}))
         identity = PodIdentity(name, pod["metadata"]["uid"], NAMESPACE)
-        endpoint = ds.Endpoint(
-            "bench", "background", f"e{i}", identity.instance_id, ds.Transport.tcp(f"10.0.{i // 250}.{i % 250}:9000")
-        )
-        model = ds.Model("bench", "background", f"e{i}", identity.instance_id, _card(i))
+        served = SHARED_ENDPOINT.split(".")[2] if shared else f"e{i}"
+        address = ds.Transport.tcp(f"10.0.{i // 250}.{i % 250}:9000")
+        endpoint = ds.Endpoint("bench", "background", served, identity.instance_id, address)
+        model = ds.Model("bench", "background", served, identity.instance_id, _card(i))
         server.upsert(
             WORKER_METADATA,
             {
@@ -144,12 +165,27 @@ def reader_figures(first: ds.Discovery, first_connect_ms: float, url: str, worke
         "workers": workers,
         "first_connect_ms": round(first_connect_ms, 1),
         "sync_ms": round(elapsed, 1),
-        "us_per_worker": round(elapsed * 1000 / workers, 1),
-        "rss_kb_per_worker": round(grown / workers, 1),
+        "us_per_worker": round(elapsed * 1000 / workers, 1) if workers else None,
+        "rss_grown_kb": grown,
+        "rss_kb_per_worker": round(grown / workers, 1) if workers else None,
         "list_consistent_ms": round(consistent, 2),
         "list_cached_ms": round(cached, 3),
     }
     sys.stdout.write(orjson.dumps(figures).decode() + "\n")
+
+
+def _our_reader(server: FakeKubeServer, kubeconfig: Path, workers: int) -> dict[str, Any]:
+    """Our reader's figures (:func:`reader_figures`) in a new process, over the workers of ``default``."""
+    server.create_namespace("empty")
+    empty = _url(kubeconfig, server.create_pod(f"reader-{uuid.uuid4().hex[:8]}", namespace="empty"), namespace="empty")
+    url = _url(kubeconfig, server.create_pod(f"reader-{uuid.uuid4().hex[:8]}"))
+    done = subprocess.run(
+        [sys.executable, "-c", READER, url, empty, str(workers)], capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"the reader failed: {done.stderr[-3000:]}")
+    figures: dict[str, Any] = orjson.loads(done.stdout.splitlines()[-1])
+    return figures
 
 
 def bench_initial_sync(base: Path, sizes: list[int]) -> list[dict[str, Any]]:
@@ -158,17 +194,126 @@ def bench_initial_sync(base: Path, sizes: list[int]) -> list[dict[str, Any]]:
     for size in sizes:
         with FakeKubeServer(bookmark_interval=1.0, history_limit=10 * size) as server:
             _populate(server, size)
-            kubeconfig = server.write_kubeconfig(base / f"kubeconfig-{size}")
-            server.create_namespace("empty")
-            empty = _url(kubeconfig, server.create_pod("reader", namespace="empty"), namespace="empty")
-            url = _url(kubeconfig, server.create_pod("reader"))
-            done = subprocess.run(
-                [sys.executable, "-c", READER, url, empty, str(size)], capture_output=True, text=True, check=False
-            )
-            if done.returncode != 0:
-                raise RuntimeError(f"the reader failed: {done.stderr[-3000:]}")
-            results.append(orjson.loads(done.stdout.splitlines()[-1]))
+            results.append(_our_reader(server, server.write_kubeconfig(base / f"kubeconfig-{size}"), size))
     return results
+
+
+#: the reference's reader: ``python -c REFERENCE_READER ENDPOINT WORKERS``, its pod in its environment
+REFERENCE_READER = (
+    "import sys; from benchmarks.kube import reference_reader_figures; "
+    "reference_reader_figures(sys.argv[1], int(sys.argv[2]))"
+)
+
+
+def reference_reader_figures(endpoint: str, workers: int) -> None:
+    """The reference reader's side of :func:`bench_initial_sync_beside_reference`, printed as JSON."""
+    asyncio.run(_reference_reader(endpoint, workers))
+
+
+async def _reference_reader(endpoint: str, workers: int) -> None:
+    from dynamo._core import DistributedRuntime  # the runtime's code is loaded before the baseline
+
+    gc.collect()
+    before = _rss_kb()
+    start = time.perf_counter()
+    # the reference's Kubernetes discovery client is made here, and its daemon starts listing and watching
+    runtime = DistributedRuntime(asyncio.get_running_loop(), "kubernetes", "tcp")
+    created = time.perf_counter()
+    client = await runtime.endpoint(endpoint).client()
+    subscribed = time.perf_counter()
+    while (known := len(client.instance_ids())) < workers:
+        if time.perf_counter() - start > REFERENCE_SYNC_TIMEOUT:
+            runtime.shutdown()
+            raise RuntimeError(
+                f"the reference client knew {known} instances of {workers} after {REFERENCE_SYNC_TIMEOUT} s"
+            )
+        await asyncio.sleep(0.01)
+    synced = time.perf_counter()
+    at_sync = _rss_kb() - before
+    await asyncio.sleep(REFERENCE_SETTLE)
+    settled = _rss_kb() - before
+    known = len(client.instance_ids())
+    runtime.shutdown()
+    figures = {
+        "workers": workers,
+        "known": known,
+        "runtime_ms": round((created - start) * 1000, 1),
+        "client_ms": round((subscribed - created) * 1000, 1),
+        "sync_ms": round((synced - start) * 1000, 1),
+        "rss_grown_at_sync_kb": at_sync,
+        "rss_grown_kb": settled,
+        "rss_kb_per_worker": round(settled / workers, 1) if workers else None,
+    }
+    sys.stdout.write(orjson.dumps(figures).decode() + "\n")
+
+
+def _reference_reader_run(server: FakeKubeServer, kubeconfig: Path, workers: int) -> dict[str, Any]:
+    """The reference reader in a new process, as a pod of ``default`` (the reference's variables)."""
+    name = f"ref-reader-{uuid.uuid4().hex[:8]}"
+    uid = server.create_pod(name)["metadata"]["uid"]
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(kubeconfig),
+        "POD_NAME": name,
+        "POD_UID": uid,
+        "POD_NAMESPACE": NAMESPACE,
+        "DYN_DISCOVERY_BACKEND": "kubernetes",
+        "DYN_TCP_RPC_HOST": "127.0.0.1",
+        "DYN_EVENT_PLANE_HOST": "127.0.0.1",
+        "HF_HUB_OFFLINE": "1",
+        "NO_COLOR": "1",
+        "DYN_SDK_DISABLE_ANSI_LOGGING": "1",
+        "DYN_LOG": "warn",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", REFERENCE_READER, SHARED_ENDPOINT, str(workers)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+        timeout=REFERENCE_SYNC_TIMEOUT + 60,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"the reference reader failed: {done.stderr[-3000:]}")
+    figures: dict[str, Any] = orjson.loads(done.stdout.splitlines()[-1])
+    return figures
+
+
+def _ratio(theirs: float | None, ours: float | None) -> float | None:
+    return None if theirs is None or not ours else round(theirs / ours, 2)
+
+
+def bench_initial_sync_beside_reference(base: Path, sizes: list[int]) -> dict[str, Any]:
+    """Our reader and the reference's, each a new process, over the same server of N workers serving
+    :data:`SHARED_ENDPOINT`; first both over a server without workers (their fixed RSS growth)."""
+    with FakeKubeServer(bookmark_interval=1.0) as server:
+        kubeconfig = server.write_kubeconfig(base / "kubeconfig-reference-0")
+        baseline = {
+            "ours": _our_reader(server, kubeconfig, 0),
+            "reference": _reference_reader_run(server, kubeconfig, 0),
+        }
+    results = []
+    for size in sizes:
+        with FakeKubeServer(bookmark_interval=1.0, history_limit=10 * size) as server:
+            _populate(server, size, shared=True)
+            kubeconfig = server.write_kubeconfig(base / f"kubeconfig-reference-{size}")
+            ours = _our_reader(server, kubeconfig, size)
+            theirs = _reference_reader_run(server, kubeconfig, size)
+        for figures, side in ((ours, "ours"), (theirs, "reference")):
+            net = figures["rss_grown_kb"] - baseline[side]["rss_grown_kb"]
+            figures["rss_kb_per_worker_net"] = round(net / size, 1)
+        ratios = {
+            "sync": _ratio(theirs["sync_ms"], ours["sync_ms"]),
+            "rss_per_worker_net": _ratio(theirs["rss_kb_per_worker_net"], ours["rss_kb_per_worker_net"]),
+            # against our figure of ``initial_sync`` (its fixed cost not subtracted): the stricter one for us
+            "rss_per_worker_net_over_our_gross": _ratio(theirs["rss_kb_per_worker_net"], ours["rss_kb_per_worker"]),
+        }
+        results.append({"workers": size, "ours": ours, "reference": theirs, "reference_over_ours": ratios})
+    return {
+        "endpoint": SHARED_ENDPOINT,
+        "baseline_rss_grown_kb": {side: figures["rss_grown_kb"] for side, figures in baseline.items()},
+        "sizes": results,
+    }
 
 
 def bench_delivery(base: Path, events: int, background: int) -> dict[str, Any]:
@@ -230,28 +375,26 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=30, help="graceful pod deletes timed")
     parser.add_argument("--only", choices=["graceful_delete", "initial_sync"], help="run this figure alone")
     parser.add_argument("--interop", action="store_true", help="reference-runtime peers instead")
+    parser.add_argument(
+        "--reference", action="store_true", help="initial sync beside a reference-runtime reader's, on one endpoint"
+    )
     args = parser.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    result: dict[str, Any] = {"backend": "kube (fake API server, same process)"}
     with tempfile.TemporaryDirectory(prefix="discovery-sync-bench-kube-") as scratch:
         base = Path(scratch)
         if args.interop:
-            result = {"backend": "kube (fake API server, same process)", "interop": bench_interop(base, args.events)}
-            sys.stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
-            return
-        if args.only is not None:
-            sizes = [int(s) for s in args.sizes.split(",")]
-            figure = bench_graceful_delete(base, args.rounds) if args.only == "graceful_delete" else None
-            result = {
-                "backend": "kube (fake API server, same process)",
-                args.only: figure if figure is not None else bench_initial_sync(base, sizes),
-            }
-            sys.stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
-            return
-        result = {
-            "backend": "kube (fake API server, same process)",
-            "initial_sync": bench_initial_sync(base, [int(s) for s in args.sizes.split(",")]),
-            "delivery": [bench_delivery(base, args.events, background) for background in (0, 1000)],
-            "graceful_delete": bench_graceful_delete(base, args.rounds),
-        }
+            result["interop"] = bench_interop(base, args.events)
+        else:
+            if args.only in (None, "initial_sync"):
+                if args.reference:
+                    result["initial_sync_beside_reference"] = bench_initial_sync_beside_reference(base, sizes)
+                else:
+                    result["initial_sync"] = bench_initial_sync(base, sizes)
+            if args.only is None:
+                result["delivery"] = [bench_delivery(base, args.events, background) for background in (0, 1000)]
+            if args.only in (None, "graceful_delete"):
+                result["graceful_delete"] = bench_graceful_delete(base, args.rounds)
     sys.stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
 
 
