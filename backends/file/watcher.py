@@ -1,23 +1,28 @@
-"""Watch producer of the file backend: watchdog observers report changed names in bucket directories.
+"""Watch producer of the file backend: changed names in bucket directories, from inotify or watchdog's polling.
 
 Every notification means only "re-read this file": the view decides what changed. inotify
-(the default) serves one host; the polling observer also sees other hosts' writes on network
-filesystems. Neither is trusted to be complete — watchdog drops inotify queue overflows — so
-the backend's periodic rescan remains the safety net.
+(the default) serves one host: :class:`InotifyReader`, one thread that reads the kernel's events
+and reports each name itself; the polling observer (watchdog's) also sees other hosts' writes on
+network filesystems. Neither is trusted to be complete, so the backend's periodic rescan remains
+the safety net; an inotify queue overflow is reported at once (``on_error``: a deep rescan now).
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import functools
 import logging
 import os
+import select
+import struct
 import threading
-import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
 
 from watchdog.events import (
-    FileClosedEvent,
     FileCreatedEvent,
     FileDeletedEvent,
     FileModifiedEvent,
@@ -37,8 +42,25 @@ log = logging.getLogger("discovery_sync.backends.file")
 
 OBSERVER_KINDS = ("inotify", "polling")
 
+# inotify(7)
+IN_CLOSE_WRITE, IN_MOVED_FROM, IN_MOVED_TO, IN_CREATE, IN_DELETE = 0x8, 0x40, 0x80, 0x100, 0x200
+IN_Q_OVERFLOW, IN_IGNORED, IN_ISDIR = 0x4000, 0x8000, 0x40000000
+IN_DONT_FOLLOW, IN_MASK_ADD = 0x02000000, 0x20000000
+IN_NONBLOCK, IN_CLOEXEC = os.O_NONBLOCK, os.O_CLOEXEC
+#: what a bucket reports: an entry linked, renamed in or out, removed, or a file written in place closed
+BUCKET_EVENTS = IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_CLOSE_WRITE
+CLOSE_EVENTS = IN_CLOSE_WRITE  # the owners' lock directory: an owner file closed after a write
+_HEADER = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len (then the name, NUL-padded)
+READ_SIZE = 64 * 1024  # bytes per read(2) of the inotify descriptor
+
+
+class EventsLost(RuntimeError):
+    """The kernel's inotify queue overflowed: changes happened that no notification reports."""
+
 
 class _BucketHandler(FileSystemEventHandler):
+    """The polling observer's events -> names (hidden names, temporary files, skipped)."""
+
     def __init__(self, on_name: Callable[[str], None], on_error: Callable[[BaseException], None]) -> None:
         self._on_name = on_name
         self._on_error = on_error
@@ -61,47 +83,154 @@ def _guard(thread: threading.Thread, on_crash: Callable[[BaseException], None]) 
     thread.run = guarded(thread.run, on_crash)  # type: ignore[method-assign]
 
 
-def _name_reader_thread(emitter: threading.Thread, name: str) -> None:
-    """Name the thread that watchdog 6 (what Python 3.10 gets) starts per inotify emitter to read
-    events; it creates it in the emitter's ``on_thread_start``, which runs inside ``start()``
-    before the emitter's own thread exists. Later watchdogs read in the observer's thread."""
-    start = getattr(emitter, "on_thread_start", None)
-    if start is None:
-        return
-
-    def on_thread_start() -> None:
-        start()
-        reader = getattr(emitter, "_inotify", None)
-        if isinstance(reader, threading.Thread):
-            reader.name = name
-
-    emitter.on_thread_start = on_thread_start  # type: ignore[attr-defined]
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    """The C library, with inotify(7)'s calls; OSError (ENOSYS) where there is none."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if not hasattr(libc, "inotify_init1"):
+        raise OSError(errno.ENOSYS, "this system has no inotify: use observer=polling")
+    return libc
 
 
-DISPATCHER_WAIT = 5.0  # seconds a new inotify reader may take to start its dispatcher thread
+def _checked(result: int, what: str, path: Path | None = None) -> int:
+    """``result`` of a libc call, or the OSError its errno names."""
+    if result < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}", None if path is None else str(path))
+    return result
 
 
-def _name_dispatcher(reader: threading.Thread, name: str) -> None:
-    """Name the thread to which watchdog 7's inotify reader hands what it reads: the reader
-    starts it first thing in its ``run()``, already under way when the observer's ``schedule()``
-    returns, so it is found (by its target) once it exists, waiting at most DISPATCHER_WAIT.
-    Older watchdogs have no such thread."""
-    target = getattr(reader, "_dispatch_raw_buffers", None)
-    if target is None:
-        return
-    deadline = time.monotonic() + DISPATCHER_WAIT
-    while True:
-        for thread in threading.enumerate():
-            if getattr(thread, "_target", None) == target:
-                thread.name = name
+def parse_events(data: bytes) -> list[tuple[int, int, bytes]]:
+    """``(wd, mask, name)`` of each ``struct inotify_event`` in what one read(2) returned."""
+    events = []
+    offset, end = 0, len(data)
+    while offset + _HEADER.size <= end:
+        wd, mask, _cookie, length = _HEADER.unpack_from(data, offset)
+        offset += _HEADER.size
+        events.append((wd, mask, data[offset : offset + length].split(b"\0", 1)[0]))
+        offset += length
+    return events
+
+
+class InotifyReader:
+    """One inotify instance watching directories (non-recursively), and the one thread that reads
+    it and calls the callbacks itself: a name is reported as soon as the kernel queues the event
+    that can carry complete content, with no hand-off between threads.
+
+    Each callback gets the names (not hidden: temporary files are skipped unread) whose events
+    match its mask, in the kernel's order; events of directories are not reported. Between two
+    callbacks the thread empties the kernel's queue into its own (unbounded), so a burst does not
+    overflow the kernel's 16,384 events while callbacks run. An overflow, or an error raised by a
+    callback, goes to ``on_error``; a directory whose watch the kernel dropped (removed,
+    unmounted) makes :meth:`is_alive` false, as does the thread's end.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._fd = _checked(_libc().inotify_init1(IN_NONBLOCK | IN_CLOEXEC), "inotify_init1")
+        try:
+            self._wake_r, self._wake_w = os.pipe()  # stop() wakes the thread through it
+        except OSError:
+            os.close(self._fd)
+            raise
+        self._callbacks: dict[int, list[tuple[int, Callable[[str], None]]]] = {}
+        self._lock = threading.Lock()  # the descriptors' closing against stop()'s wake-up
+        self._closed = False
+        self._lost = False  # a watched directory's watch was dropped by the kernel
+        self._thread: threading.Thread | None = None
+        self._on_error: Callable[[BaseException], None] = lambda exc: None
+
+    def watch(self, directory: Path, mask: int, on_name: Callable[[str], None]) -> None:
+        """Report the names of ``directory`` whose events match ``mask`` to ``on_name``
+        (before :meth:`start`); OSError when the directory cannot be watched."""
+        flags = mask | IN_DONT_FOLLOW | IN_MASK_ADD  # a directory watched twice keeps both masks
+        path = os.fsencode(directory)
+        wd = _checked(_libc().inotify_add_watch(self._fd, path, flags), "inotify_add_watch", directory)
+        self._callbacks.setdefault(wd, []).append((mask, on_name))
+
+    def start(self, on_error: Callable[[BaseException], None]) -> None:
+        """Start the thread; a crash of it is logged and told to ``on_error``."""
+        self._on_error = on_error
+        thread = threading.Thread(target=guarded(self._run, on_error), name=self.name, daemon=True)
+        thread.start()
+        self._thread = thread
+
+    def is_alive(self) -> bool:
+        """The thread runs and every directory is still watched."""
+        return self._thread is not None and self._thread.is_alive() and not self._lost
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """End the thread (at most ``timeout`` seconds) and close the inotify instance."""
+        with self._lock:
+            if not self._closed:
+                os.write(self._wake_w, b"!")
+        thread = self._thread
+        if thread is None:
+            self._close()
+        elif thread is not threading.current_thread():
+            thread.join(timeout)
+
+    def _close(self) -> None:
+        """Close the descriptors once (the thread's last act, or stop() of a thread never started)."""
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                for fd in (self._fd, self._wake_r, self._wake_w):
+                    os.close(fd)
+
+    def _run(self) -> None:
+        """Wait for events, take every one the kernel holds, report them in order; after each
+        callback, take what came meanwhile. Ends when :meth:`stop` writes to the wake pipe."""
+        poller = select.poll()
+        poller.register(self._fd, select.POLLIN)
+        poller.register(self._wake_r, select.POLLIN)
+        pending: deque[tuple[int, int, bytes]] = deque()
+        try:
+            while True:
+                if any(fd == self._wake_r for fd, _ in poller.poll()):
+                    return
+                self._drain(pending)
+                while pending:
+                    if self._deliver(*pending.popleft()):
+                        self._drain(pending)
+        finally:
+            self._close()
+
+    def _drain(self, pending: deque[tuple[int, int, bytes]]) -> None:
+        """Move every event the kernel holds now to ``pending`` (hidden names left out)."""
+        while True:
+            try:
+                data = os.read(self._fd, READ_SIZE)
+            except BlockingIOError:
                 return
-        if not reader.is_alive() or time.monotonic() > deadline:
-            return
-        time.sleep(0.001)  # only while a new reader starts: microseconds
+            pending.extend(e for e in parse_events(data) if not e[2].startswith(b"."))
+
+    def _deliver(self, wd: int, mask: int, name: bytes) -> bool:
+        """Report one event; True when a callback ran (time passed: more may have come)."""
+        if mask & IN_Q_OVERFLOW:
+            self._on_error(EventsLost("the kernel's inotify queue overflowed: file notifications were lost"))
+            return True
+        if mask & IN_IGNORED:
+            if self._callbacks.pop(wd, None) is not None:
+                self._lost = True
+            return False
+        if not name or mask & IN_ISDIR:
+            return False
+        ran = False
+        for wanted, on_name in self._callbacks.get(wd, ()):
+            if mask & wanted:
+                ran = True
+                try:
+                    on_name(os.fsdecode(name))
+                except Exception as exc:  # one name's failure: the next rescan repairs it
+                    self._on_error(exc)
+        return ran
 
 
 class DirectoryNotifier:
-    """Watches several directories (non-recursively) and reports changed file names."""
+    """Watches several directories (non-recursively) and reports changed file names: with
+    ``kind`` "inotify" an :class:`InotifyReader`, with "polling" watchdog's polling observer
+    (every ``poll_interval`` seconds)."""
 
     def __init__(self, kind: str = "inotify", poll_interval: float = 0.5) -> None:
         if kind not in OBSERVER_KINDS:
@@ -109,6 +238,7 @@ class DirectoryNotifier:
         self.kind = kind
         self.poll_interval = poll_interval
         self._observer: BaseObserver | None = None
+        self._reader: InotifyReader | None = None
 
     def start(
         self,
@@ -117,60 +247,69 @@ class DirectoryNotifier:
         closes: Mapping[Path, Callable[[str], None]] | None = None,
     ) -> None:
         """Watch ``directories`` (name -> callback); ``closes``: directories whose files' closes
-        after a write alone are reported (inotify only: the polling observer sees no close)."""
-        observer = self._make_observer()
+        after a write alone are reported (inotify only: the polling observer sees no close).
+        A bucket's name is reported when it is created, linked or renamed in (the writers' way:
+        complete content at once), renamed out or removed, and closed after a write in place
+        (what its creation showed may have been half-written: the view never serves that and
+        re-reads it then); attribute changes (heartbeat touches) and bare writes are not.
+        OSError when a directory cannot be watched."""
         if self.kind == "inotify":
-            # attribute changes (heartbeat touches) and bare modifications of half-written files are skipped
-            wanted = [FileCreatedEvent, FileDeletedEvent, FileMovedEvent, FileClosedEvent]
-        else:
-            wanted = [FileCreatedEvent, FileDeletedEvent, FileMovedEvent, FileModifiedEvent]
+            self._reader = self._start_reader(directories, on_error, closes or {})
+            return
+        from watchdog.observers.polling import PollingObserver
+
+        observer = PollingObserver(timeout=self.poll_interval)
+        wanted = [FileCreatedEvent, FileDeletedEvent, FileMovedEvent, FileModifiedEvent]
         for directory, on_name in directories.items():
             observer.schedule(_BucketHandler(on_name, on_error), str(directory), recursive=False, event_filter=wanted)
-        for directory, on_name in (closes or {}).items() if self.kind == "inotify" else ():
-            handler = _BucketHandler(on_name, on_error)
-            observer.schedule(handler, str(directory), recursive=False, event_filter=[FileClosedEvent])
-        observer.name = f"discovery-sync-file-{self.kind}"
+        observer.name = "discovery-sync-file-polling"
         observer.daemon = True
         for index, emitter in enumerate(observer.emitters):  # created by schedule(), started by start()
-            emitter.name = f"discovery-sync-file-{self.kind}-emitter-{index}"
+            emitter.name = f"discovery-sync-file-polling-emitter-{index}"
             _guard(emitter, on_error)
-            _name_reader_thread(emitter, f"discovery-sync-file-inotify-buffer-{index}")
         _guard(observer, on_error)
-        # watchdog's inotify observer starts a reader thread of its own when it is created
-        reader = getattr(observer, "_inotify_fd", None)
-        if isinstance(reader, threading.Thread):
-            reader.name = "discovery-sync-file-inotify-reader"
         try:
             observer.start()
         except BaseException:
-            observer.stop()  # also stops that reader thread
+            observer.stop()
             raise
-        if isinstance(reader, threading.Thread):
-            _name_dispatcher(reader, "discovery-sync-file-inotify-dispatcher")
         self._observer = observer
 
-    def _make_observer(self) -> BaseObserver:
-        if self.kind == "polling":
-            from watchdog.observers.polling import PollingObserver
-
-            return PollingObserver(timeout=self.poll_interval)
-        from watchdog.observers.inotify import InotifyObserver
-
-        return InotifyObserver()
+    @staticmethod
+    def _start_reader(
+        directories: Mapping[Path, Callable[[str], None]],
+        on_error: Callable[[BaseException], None],
+        closes: Mapping[Path, Callable[[str], None]],
+    ) -> InotifyReader:
+        """An :class:`InotifyReader` of ``directories`` and ``closes``, started."""
+        reader = InotifyReader("discovery-sync-file-inotify")
+        try:
+            for directory, on_name in directories.items():
+                reader.watch(directory, BUCKET_EVENTS, on_name)
+            for directory, on_name in closes.items():
+                reader.watch(directory, CLOSE_EVENTS, on_name)
+            reader.start(on_error)
+        except BaseException:
+            reader.stop()
+            raise
+        return reader
 
     def is_alive(self) -> bool:
+        """Every directory is still watched and every thread runs (false: restart it)."""
+        if self._reader is not None:
+            return self._reader.is_alive()
         if self._observer is None:
-            return False
-        reader = getattr(self._observer, "_inotify_fd", None)  # watchdog 7: one reader per observer
-        if isinstance(reader, threading.Thread) and not reader.is_alive():
             return False
         return self._observer.is_alive() and all(e.is_alive() for e in self._observer.emitters)
 
     @property
     def started(self) -> bool:
-        return self._observer is not None
+        return self._observer is not None or self._reader is not None
 
     def stop(self) -> None:
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.stop()
         observer, self._observer = self._observer, None
         if observer is not None:
             observer.stop()
