@@ -11,12 +11,41 @@ which is why their names may not be empty or contain ``/``.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from typing import Any, TypeVar
 
 from .errors import ValidationError
 from .pathcodec import decode, encode_segment
 from .scope import EventScope
 from .validation import check_instance_id, check_name, check_unicode
+
+_Id = TypeVar("_Id")
+
+
+def _hashed_once(cls: type[_Id]) -> type[_Id]:
+    """Give a frozen identity class the hash its dataclass computes, computed once per object: ids
+    are dict keys on every idle round (the heartbeat's files, the views, the feeds), and the
+    generated hash builds a tuple of every field on each call. The hash is not pickled."""
+    computed: Callable[[Any], int] = cls.__hash__
+
+    def __hash__(self: Any) -> int:
+        try:
+            value: int = self._hash
+        except AttributeError:  # the first call
+            value = computed(self)
+            object.__setattr__(self, "_hash", value)
+        return value
+
+    # pickled by its fields alone: a hash of str differs between processes
+    arguments = tuple(f.name for f in fields(cls) if f.init)  # type: ignore[arg-type]
+
+    def __reduce__(self: Any) -> tuple[type[_Id], tuple[Any, ...]]:
+        return cls, tuple(getattr(self, name) for name in arguments)
+
+    cls.__hash__ = __hash__  # type: ignore[method-assign]
+    cls.__reduce__ = __reduce__  # type: ignore[method-assign]
+    return cls
 
 
 class RecordKind(enum.Enum):
@@ -49,12 +78,15 @@ def parse_hex_id(text: str, field: str = "instance id") -> int:
     return int(text, 16)
 
 
+@_hashed_once
 @dataclass(frozen=True, slots=True)
 class EndpointInstanceId:
     namespace: str
     component: str
     endpoint: str
     instance_id: int
+
+    _hash: int = field(init=False, repr=False, compare=False, hash=False)
 
     kind = RecordKind.ENDPOINT
 
@@ -66,6 +98,7 @@ class EndpointInstanceId:
         return f"{self.namespace}/{self.component}/{self.endpoint}/{self.instance_id:x}"
 
 
+@_hashed_once
 @dataclass(frozen=True, slots=True)
 class ModelCardInstanceId:
     namespace: str
@@ -73,6 +106,8 @@ class ModelCardInstanceId:
     endpoint: str
     instance_id: int
     model_suffix: str | None = None
+
+    _hash: int = field(init=False, repr=False, compare=False, hash=False)
 
     kind = RecordKind.MODEL
 
@@ -96,11 +131,14 @@ class ModelCardInstanceId:
         return not self.model_suffix
 
 
+@_hashed_once
 @dataclass(frozen=True, slots=True)
 class EventChannelInstanceId:
     scope: EventScope
     topic: str
     instance_id: int
+
+    _hash: int = field(init=False, repr=False, compare=False, hash=False)
 
     kind = RecordKind.EVENT_CHANNEL
 
@@ -113,11 +151,14 @@ class EventChannelInstanceId:
         return f"{self.scope.to_path()}/topic/{encode_segment(self.topic)}/{self.instance_id:x}"
 
 
+@_hashed_once
 @dataclass(frozen=True, slots=True)
 class EventSourceInstanceId:
     scope: EventScope
     topic: str
     publisher_id: int
+
+    _hash: int = field(init=False, repr=False, compare=False, hash=False)
 
     kind = RecordKind.EVENT_SOURCE
 

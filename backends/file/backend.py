@@ -195,7 +195,7 @@ class FileDiscovery(Discovery):
         self._views = bucket_views(
             self._buckets, self.dead_after, settle=self.cache_window, max_record_bytes=self.max_record_bytes,
             clock=self._clock, missing_is_empty=self.read_only, subscribed=lambda kind: bool(self._feeds.current(kind)),
-            patience=self._patience, progress=lambda: self._rescans.progressed(),
+            patience=self._patience,
         )  # fmt: skip
 
     def _assemble(self, option: dict[str, Any]) -> None:
@@ -215,7 +215,7 @@ class FileDiscovery(Discovery):
         )  # fmt: skip
         sweeper = Sweeper(clock, probe=None if self._kernel is None else self._kernel.probe)
         self._liveness = Heartbeat(
-            self.layout, self._buckets, t.heartbeat_interval, owned=self._owned_now, names=self._own.names,
+            self.layout, self._buckets, t.heartbeat_interval, owned=self._owned_now, files=self._own.by_kind,
             write_back=self._write_back, refused=lambda: self._rescans.full_now(), clock=clock,
             fenced=None if self._fence_check is None else Fencing(self._fence_check.still_claimed, self._own.written),
             starting=lambda: self._link.timing_changed(), ended=lambda: self._link.judge(),

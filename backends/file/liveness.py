@@ -107,7 +107,7 @@ class Heartbeat:
     """The job of the backend's ``discovery-sync-file-heartbeat`` thread: :meth:`beat`, and :meth:`error`.
 
     :param owned: this client's records now (a copy, taken without waiting for the API lock).
-    :param names: the file name of a record of this client.
+    :param files: the file names of such records, by bucket: id -> name (:meth:`.own.OwnFiles.by_kind`).
     :param write_back: writes a record again if this client still owns it; True when it did.
     :param refused: called when one of the files may not be touched (or, for a cohort member,
         another file holds its name).
@@ -126,7 +126,9 @@ class Heartbeat:
         interval: float,
         *,
         owned: Callable[[], Mapping[DiscoveryInstanceId, DiscoveryInstance]],
-        names: OwnedNames,
+        files: Callable[
+            [Mapping[DiscoveryInstanceId, DiscoveryInstance]], Mapping[RecordKind, Mapping[DiscoveryInstanceId, str]]
+        ],
         write_back: Callable[[DiscoveryInstance], bool],
         refused: Callable[[], None],
         fenced: Fencing | None = None,
@@ -139,7 +141,7 @@ class Heartbeat:
         self.buckets = buckets
         self.interval = interval
         self._owned = owned
-        self._names = names
+        self._files = files
         self._write_back = write_back
         self._refused = refused
         self._fencing = fenced
@@ -186,15 +188,11 @@ class Heartbeat:
             self._failure = None
             return
         owned = self._owned()
-        self._names.prune(owned)
-        by_kind: dict[RecordKind, list[tuple[str, DiscoveryInstance]]] = {}
-        for instance_id, instance in owned.items():
-            by_kind.setdefault(instance_id.kind, []).append((self._names(instance_id), instance))
-        gone: list[DiscoveryInstance] = []
-        for kind, files in by_kind.items():
+        gone: list[DiscoveryInstanceId] = []
+        for kind, files in self._files(owned).items():
             with self.buckets[kind].use() as dir_fd:
                 gone += _touch(dir_fd, files, self._refused, None if fencing is None else fencing.written)
-        for instance in gone:
+        for instance in [owned[i] for i in gone]:
             if self._write_back(instance):
                 log.warning(
                     "record %s was removed from the store while this client is alive; wrote it again",
@@ -214,25 +212,25 @@ class Heartbeat:
 
 def _touch(
     dir_fd: int,
-    files: list[tuple[str, DiscoveryInstance]],
+    files: Mapping[DiscoveryInstanceId, str],
     refused: Callable[[], None],
     written: Mapping[DiscoveryInstanceId, int] | None,
-) -> list[DiscoveryInstance]:
-    """Touch each file (:func:`.wire.touch_record`, looked up here on every call so that tests
-    can replace it; with ``written``, only the file of the inode this client wrote); the records
-    whose file is gone."""
+) -> list[DiscoveryInstanceId]:
+    """Touch each file (``files``: id -> name; :func:`.wire.touch_record`, looked up here on every
+    call so that tests can replace it; with ``written``, only the file of the inode this client
+    wrote); the records whose file is gone."""
     gone = []
-    for name, instance in files:
+    for instance_id, name in files.items():
         try:
             if written is None:
                 touched: bool | None = touch_record(dir_fd, name)
             else:
-                inode = written.get(instance.id())
+                inode = written.get(instance_id)
                 touched = None if inode is None else touch_written(dir_fd, name, inode)
             if touched is None:  # another file holds the name: the rescan judges it under the store lock
                 refused()
             elif not touched:
-                gone.append(instance)
+                gone.append(instance_id)
         except PermissionError:  # someone else's file under our name: the rescan writes ours back
             refused()
     return gone

@@ -130,6 +130,8 @@ class Rescans:
         # a read-only client saw a bucket directory (a store that vanishes after that is gone)
         self._seen_store = any(view.directory.is_open for view in views.values())
         self.durations = {scan: Durations() for scan in (DEEP, FULL, LISTING)}  # of each rescan (metrics)
+        for view in views.values():  # every answer of the store to any scan or sweep restarts the stall bound
+            view.progress = self.progressed
         self.swept = sweeper.swept
         self.thread = PeriodicThread(
             "discovery-sync-file-rescan",

@@ -74,6 +74,7 @@ class Sweeper:
             for name, entry in dead:
                 if not self._sweep_one(view, dir_fd, name, entry, result, changes, retry, dry_run):
                     break
+                view.progress()  # the store answered the re-check (and the removal)
         if not dry_run:
             self.swept[view.kind.value] += len(result)
         return result, changes
@@ -159,7 +160,6 @@ class Sweeper:
                 )
             view.forget_leftover(name)
             return True
-        view.progress()
         if removed:
             _log_removed(view, name, entry)
             result.append(key)

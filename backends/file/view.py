@@ -207,6 +207,13 @@ class BucketView:
     listens to the bucket, the changes are applied and none is returned.
     """
 
+    #: full scans must stat records of live owners too: :mod:`.sight` looks for others' heartbeats
+    mtimes_needed = False
+    #: when a file was last seen to change (a beat, a new content): writes reach the store
+    moved_at = float("-inf")
+    #: bumped whenever :meth:`inodes` may answer otherwise (an entry added, dropped, or of another inode)
+    inodes_version = 0
+
     def __init__(
         self,
         kind: RecordKind,
@@ -220,7 +227,6 @@ class BucketView:
         subscribed: Callable[[RecordKind], bool] | None = None,
         patience: Patience | None = None,
         on_stall: Callable[[], None] | None = None,
-        progress: Callable[[], None] | None = None,
     ) -> None:
         """``dead_after``: seconds an unchanged mtime stays alive; ``settle``: seconds a read may
         disagree with the store (the mount's cache window); files over ``max_record_bytes`` are
@@ -230,12 +236,10 @@ class BucketView:
         under ``publishing``). ``patience``: the slack of a writer whose heartbeat is slower than
         this reader's TTL asks (None: no writer's is, this reader's TTL is the longest any
         heartbeat stands for). ``on_stall()``: the store stalled a read (:meth:`stalled`); default:
-        :meth:`restart_clocks`. ``progress()``: told as a scan or sweep gets an answer of the
-        store (a listing, a file read, a removal): an operation that keeps getting answers is
-        slow, not stalled (:meth:`.rescan.Rescans.progressed`)."""
+        :meth:`restart_clocks`."""
         self.kind, self.missing_is_empty = kind, missing_is_empty
         self._on_stall = on_stall if on_stall is not None else self.restart_clocks
-        self.progress: Callable[[], None] = progress if progress is not None else _nothing
+        self.progress: Callable[[], None] = _nothing  # the store answered a scan or sweep (rescan.py)
         self.directory = directory
         self.dead_after = dead_after
         self.settle = settle
@@ -257,9 +261,6 @@ class BucketView:
         self._new_slack = patience.slack(0) if patience is not None else 0.0
         self._blind: str | None = None  # why nothing is judged dead now
         self._unwarned: set[str] = set()  # names of entries with a problem warn_pending() has not said yet
-        self.moved_at = float("-inf")  # a file last seen to change (beat, new content): writes reach the store
-        #: full scans must stat records of live owners too: :mod:`.sight` looks for others' heartbeats
-        self.mtimes_needed = False
         self._scan_cost = UsualDuration()  # of a scan: a far longer one was stalled
         self._owner_memo = _OwnerMemo()
 
@@ -462,6 +463,8 @@ class BucketView:
         if entry is not None and content == entry.content:
             if entry.mtime_ns != st.st_mtime_ns:
                 self._seen_alive(entry, now, out, st, new_file=entry.ino != st.st_ino)
+            if entry.ino != st.st_ino:
+                self.inodes_version += 1
             entry.ino, entry.size, entry.ctime_ns, entry.unverified = st.st_ino, st.st_size, st.st_ctime_ns, False
             return
         if gate is not None and not gate(name, content):
@@ -520,6 +523,7 @@ class BucketView:
         entry.read_at, entry.ctime_ns, entry.slack, entry.uid = now, st.st_ctime_ns, self._new_slack, st.st_uid
         old = entry.valid
         self._entries[name] = entry
+        self.inodes_version += 1
         self._changes += 1
         try:  # the name was checked when the last valid identity was read under it
             instance = record_from(raw, self.kind, name, known=old.id() if old is not None else None)
@@ -605,6 +609,7 @@ class BucketView:
         unread = Entry(st.st_ino, st.st_size, st.st_mtime_ns, seen_at, None, old, read_at=now, problem=problem)
         unread.ctime_ns, unread.slack, unread.uid = st.st_ctime_ns, self._new_slack, st.st_uid
         self._entries[name] = unread
+        self.inodes_version += 1
         self._unwarned.add(name)
 
     def warn_pending(self) -> None:
@@ -641,6 +646,7 @@ class BucketView:
 
     def _drop(self, name: str, out: Changes | None) -> None:
         entry = self._entries.pop(name, None)
+        self.inodes_version += 1
         if entry is None:
             return
         self._changes += 1
