@@ -30,9 +30,8 @@ def _hashed_once(cls: type[_Id]) -> type[_Id]:
     computed: Callable[[Any], int] = cls.__hash__
 
     def __hash__(self: Any) -> int:
-        try:
-            value: int = self._hash
-        except AttributeError:  # the first call
+        value: int | None = getattr(self, "_hash", None)  # not raised in Python: cheap on the first call too
+        if value is None:
             value = computed(self)
             object.__setattr__(self, "_hash", value)
         return value
