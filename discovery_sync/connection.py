@@ -9,10 +9,11 @@ change: the client is connected again after SUSPENDED or LOST, and the change na
 records it wrote again (``rewritten``); ``client.state`` is CONNECTED from then on.
 
 Listeners are called in order of the changes from one named thread per client
-(``discovery-sync-state``), never while a lock of the client is held; a listener that raises is
-logged and stays registered. A listener added late is not told of earlier changes: read
-``client.state`` first. LOST is final for a replaced cohort member (nothing leads out of it);
-CLOSED is final for every client.
+(``discovery-sync-state``), never while a lock of the client is held; a listener that raises
+anything, BaseExceptions such as SystemExit and KeyboardInterrupt included, is logged and stays
+registered, and the other listeners go on hearing every change. A listener added late is not
+told of earlier changes: read ``client.state`` first. LOST is final for a replaced cohort
+member (nothing leads out of it); CLOSED is final for every client.
 """
 
 from __future__ import annotations
@@ -187,7 +188,20 @@ class ConnectionStates:
             with self._lock:
                 listeners = list(self._listeners)
             for listener in listeners:
-                try:
-                    listener(change)
-                except Exception:
-                    log.exception("%s: a state listener raised on %s; it stays registered", self._owner, change.state)
+                self._call(listener, change)
+
+    def _call(self, listener: StateListener, change: StateChange) -> None:
+        """Call one listener; whatever it raises, BaseExceptions included, is logged and kept
+        from the delivery thread, so no listener can silence the others (issue 38). A
+        SystemExit or KeyboardInterrupt raised in a listener would never have ended the
+        process from this thread anyway: Python only ends the thread it is raised in."""
+        try:
+            listener(change)
+        except BaseException as exc:
+            log.error(
+                "%s: a state listener raised %r on %s; it stays registered",
+                self._owner,
+                exc,
+                change.state,
+                exc_info=exc,
+            )

@@ -119,6 +119,38 @@ def test_a_raising_listener_is_logged_and_kept(caplog):
     assert "a state listener raised" in caplog.text
 
 
+class _ListenerAbort(BaseException):
+    """A BaseException of the listener's own, neither Exception nor an interpreter exit."""
+
+
+@pytest.mark.parametrize("raised", [SystemExit(3), KeyboardInterrupt(), GeneratorExit(), _ListenerAbort()])
+def test_a_listener_raising_a_base_exception_silences_nobody(caplog, raised):
+    """Issue 38: SystemExit, KeyboardInterrupt or any BaseException from one listener is logged,
+    that listener stays registered, and every listener goes on hearing the later changes."""
+    states = ConnectionStates("test")
+    before = _listening(states)
+    calls: queue.Queue[ConnectionState] = queue.Queue()
+
+    def bad(change: StateChange) -> None:
+        calls.put(change.state)
+        raise raised
+
+    states.add_listener(bad)
+    after = _listening(states)
+    with caplog.at_level(logging.ERROR, logger="discovery_sync.connection"):
+        states.suspend("one")
+        states.lose("two")
+        states.reconnect("three", rewritten=("k",))
+        states.close()
+        assert [c.state for c in _drain(before, 4)] == [S, L, R, X]
+        assert [c.state for c in _drain(after, 4)] == [S, L, R, X]
+    assert [calls.get(timeout=5) for _ in range(4)] == [S, L, R, X]
+    states.join(5)
+    assert states._thread is not None and not states._thread.is_alive()
+    assert caplog.text.count("a state listener raised") == 4
+    assert type(raised).__name__ in caplog.text
+
+
 def test_listeners_run_while_no_lock_is_held():
     """A listener may call back into the states (here: read and report) without a deadlock."""
     states = ConnectionStates("test")
