@@ -119,6 +119,15 @@ class ConnectionStates:
             allowed = (ConnectionState.SUSPENDED, ConnectionState.LOST)
             self._move(ConnectionState.CONNECTED, reason, allowed=allowed, rewritten=tuple(rewritten))
 
+    def closing(self) -> None:
+        """``shutdown()`` began: from now on only :meth:`close` changes the state, so the last
+        change listeners hear is SUSPENDED, LOST or CONNECTED to CLOSED. What the backend sees
+        while it shuts down (a heartbeat that touched nothing once the records were dropped, a
+        store that answers the last delete) says nothing of a link the client is giving up: a
+        client LOST or SUSPENDED is never reported RECONNECTED by its own shutdown (issue 38)."""
+        with self._lock:
+            self._final = True
+
     def close(self, reason: str = "shutdown() was called") -> None:
         """The client was shut down: CLOSED, the last change; the listener thread ends after it."""
         allowed = (ConnectionState.CONNECTED, ConnectionState.SUSPENDED, ConnectionState.LOST)

@@ -634,8 +634,12 @@ class Discovery(abc.ABC):
 
     # -- lifecycle --------------------------------------------------------------------------------
     def shutdown(self) -> None:
-        """Remove every record this client owns, close its watches and stop its threads. Idempotent."""
+        """Remove every record this client owns, close its watches and stop its threads. Idempotent.
+
+        From the call on, the connection state changes only to CLOSED: a SUSPENDED or LOST client
+        goes straight to CLOSED, whatever its threads see while they stop."""
         if not self._closed:
+            self._connection.closing()
             self._interrupt()
         with self._api_lock:
             if self._closed:

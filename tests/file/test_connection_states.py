@@ -146,6 +146,50 @@ def test_a_store_that_refuses_beats_past_the_ttl_loses_the_records_and_writes_ba
     assert changes.empty()
 
 
+@pytest.mark.parametrize("state", [S, L])
+def test_shutdown_of_a_writer_suspended_or_lost_on_a_read_only_store_goes_straight_to_closed(
+    disk: SmallDisk, steps: Steps, clients, monkeypatch, state: ds.ConnectionState
+):
+    """Issue 38: shutdown() of a writer SUSPENDED or LOST on a read-only store reported
+    RECONNECTED before CLOSED (2 rounds of 3), though nothing could be written or deleted. Its
+    removals fail (EROFS), but shutdown() has dropped the records from the client by then: a beat
+    of the heartbeat thread falling before the thread is stopped touches nothing, succeeds, and
+    the link judged the client connected again. Here that beat is run inside each removal, where
+    the heartbeat thread's may fall, so that every round meets it."""
+    disk.keep_locks_apart()  # the writer's owner file, open for writing, would refuse the remount
+    client = ds.connect(f"file://{disk.store}?ttl={SHORT_TTL:g}", clock=steps.clock)
+    clients.append(client)
+    assert isinstance(client, FileDiscovery)
+    changes = Changes(client)
+    client.register(endpoint_spec())
+    client.register(model_spec())
+    steps.run(1.0, 0.25)  # a beat that works
+    removing, beats = client._delete, []
+    before = [S] if state is S else [S, L]
+
+    def beat_then_remove(instance_id: ds.DiscoveryInstanceId) -> None:
+        client._liveness.beat()
+        beats.append(client._liveness.trouble(steps.clock.monotonic()))
+        removing(instance_id)
+
+    disk.read_only(True)
+    try:
+        steps.until(lambda: client.state is state, 0.25, 2 * SHORT_TTL)
+        assert [c.state for c in changes.next(len(before))] == before
+        monkeypatch.setattr(client, "_delete", beat_then_remove)
+        with caught_logs("discovery_sync") as logs:
+            client.shutdown()
+        assert logs.matching("could not remove")  # nothing could be deleted
+    finally:
+        disk.read_only(False)
+    assert beats == [None, None]  # the beats worked: they had nothing left to touch
+    [closed] = changes.next()
+    assert (closed.previous, closed.state) == (state, X)
+    client._connection.join(CHANGE_TIMEOUT)  # type: ignore[attr-defined]
+    assert changes.empty()
+    assert [c.state for c in client._connection.history] == [*before, X]  # type: ignore[attr-defined]
+
+
 def test_a_full_disk_suspends_the_writer_while_a_gone_record_cannot_be_written_back(
     disk: SmallDisk, steps: Steps, clients
 ):

@@ -87,6 +87,24 @@ def test_a_final_loss_is_never_left_except_by_closing():
     assert seen.empty()
 
 
+def test_once_closing_only_closed_follows():
+    """shutdown() calls closing() first: what its threads report while they stop changes nothing."""
+    states = ConnectionStates("test")
+    seen = _listening(states)
+    states.suspend("heartbeat failed")
+    states.lose("no beat for a TTL")
+    states.closing()
+    states.reconnect("a beat that touched nothing", rewritten=("k",))
+    states.resume("the store answers")
+    states.lose("lost again", final=True)
+    states.suspend("x")
+    assert states.state is L
+    states.close()
+    assert [(c.previous, c.state) for c in _drain(seen, 3)] == [(C, S), (S, L), (L, X)]
+    states.join(5)
+    assert seen.empty()
+
+
 def test_the_state_is_never_reconnected_and_closed_is_final():
     states = ConnectionStates("test")
     states.suspend("x")
