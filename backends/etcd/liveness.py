@@ -17,8 +17,10 @@ Connection state, as Curator defines it, judged by the client:
   confirms that a quorum stands behind it: a leader cut off from the others goes on renewing
   leases until it notices (one to two election timeouts), and the read is overdue at once.
 - **LOST** once the lease's TTL has passed since the last keep-alive etcd acknowledged (counted
-  from when that keep-alive was sent, with the TTL etcd gave back), even while etcd says nothing;
-  or at once when etcd says the lease is gone (expired or revoked: etcd deleted the records).
+  from when that keep-alive was sent, with the TTL etcd gave back), even while etcd says nothing:
+  no keep-alive waits on a member past that moment, and one due after it is LOST before it is
+  sent (not a patience later); or at once when etcd says the lease is gone (expired or revoked:
+  etcd deleted the records).
 - **RECONNECTED** when the lease is renewed after failures (nothing was lost), or, after LOST,
   once the lease is renewed or granted again and every record written again (naming their keys).
   After a LOST judged by the client the records are written again even if the lease survived:
@@ -41,12 +43,17 @@ from discovery_sync.connection import ConnectionStates
 from discovery_sync.periodic import PeriodicThread
 from discovery_sync.threads import log_retry
 
+from .deadlines import MIN_PATIENCE
 from .wire import EtcdGateway
 
 log = logging.getLogger("discovery_sync.backends.etcd")
 
 #: seconds between keep-alives while they fail, at most
 RETRY_WHILE_FAILING = 1.0
+#: seconds :meth:`LeaseKeeper.stop` waits for the keep-alive thread, at most
+STOP_TIMEOUT = 5.0
+#: seconds between two cuts of the connections while a shutdown waits for the keep-alive thread
+RECUT_EVERY = 0.05
 #: what ``rewrite`` gets: a call to make first, under the same lock (it grants the lease again when needed)
 Prepare = Callable[[], None]
 
@@ -101,7 +108,20 @@ class LeaseKeeper:
         self._thread.start()
 
     def stop(self) -> None:
-        self._thread.stop()
+        """End the keep-alive thread and wait for it (5 s at most). While the client shuts down
+        (the gateway is closing), the gateway's connections are cut again every 50 ms until the
+        thread has ended: a keep-alive that passed the gateway's closing check just before
+        shutdown's cut connects after it, and would otherwise wait out its patience on a member
+        that answers nothing before shutdown could go on (issue 38)."""
+        if threading.get_ident() == self._keeper:
+            self._thread.stop(0)  # from the keep-alive itself: it ends after this run
+            return
+        give_up = time.monotonic() + STOP_TIMEOUT
+        self._thread.stop(0)
+        while self._thread.is_alive() and time.monotonic() < give_up:
+            if self.gateway.closing:
+                self.gateway.members.connections.cut()
+            self._thread.stop(RECUT_EVERY)
 
     def check_now(self) -> None:
         """Renew the lease now rather than at the end of the interval (etcd answers again after a
@@ -116,6 +136,7 @@ class LeaseKeeper:
         and every record is back."""
         self._keeper = threading.get_ident()
         sent = time.monotonic()
+        self._judge_expiry(sent)  # a keep-alive due after the expiry: LOST now, not once it fails
         deadline = self._deadline(sent)
         remaining = self.gateway.lease_keepalive(self.lease_id, deadline=deadline, on_overdue=self._overdue)
         if remaining > 0:
@@ -146,12 +167,23 @@ class LeaseKeeper:
     def _deadline(self, sent: float) -> float:
         """Until when a keep-alive sent at ``sent`` tries the members: one patience each, within
         ``request_timeout``; while the lease is believed alive, not past its expiry (so that LOST
-        is judged on time), but at least one patience."""
+        is judged when the TTL has passed, not a patience later), but at least
+        :data:`~.deadlines.MIN_PATIENCE`."""
         patience = self.gateway.patience.keepalive
         tries = sent + min(self.gateway.request_timeout, patience * len(self.gateway.endpoints))
         if self._rewrite_pending:
             return tries
-        return min(tries, max(self.expires_at, sent + patience))
+        return min(tries, max(self.expires_at, sent + MIN_PATIENCE))
+
+    def _judge_expiry(self, now: float) -> None:
+        """LOST when the lease's TTL has passed by ``now`` since the last keep-alive etcd
+        acknowledged (counted from when it was sent): etcd has removed the records, or will."""
+        if now >= self.expires_at:
+            silent = round(now - self.last_keepalive, 1)
+            self._lost(
+                f"no keep-alive of etcd lease {self.lease_id:x} was acknowledged for {silent:g} s, past its "
+                f"{self.ttl} s TTL: etcd has removed this client's records, or will"
+            )
 
     def ensure_granted(self) -> None:
         """Make sure etcd holds the lease: grant it again under its id when a keep-alive finds it
@@ -207,12 +239,7 @@ class LeaseKeeper:
             return True  # stop() ends the thread before its next run
         self.connected = False
         self._connection.suspend(f"the keep-alive of etcd lease {self.lease_id:x} failed: {exc}")
-        if time.monotonic() >= self.expires_at:
-            silent = round(time.monotonic() - self.last_keepalive, 1)
-            self._lost(
-                f"no keep-alive of etcd lease {self.lease_id:x} was acknowledged for {silent:g} s, past its "
-                f"{self.ttl} s TTL: etcd has removed this client's records, or will"
-            )
+        self._judge_expiry(time.monotonic())
         if not isinstance(exc, Exception):
             return False
         log_retry(f"keep-alive of etcd lease {self.lease_id:x}", exc, self._next_interval())

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import base64
 import logging
+import os
 import queue
 import random
+import signal
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -23,6 +26,7 @@ import discovery_sync as ds
 from testrigs.etcd_server import EtcdServer, key_prefix
 from testrigs.helpers import endpoint_spec, initial_state, model_spec, next_event
 from testrigs.tcp_proxy import TcpProxy
+from testrigs.waiting import wait_until
 
 TTL = 2
 WAIT = 10.0  # seconds any awaited change may take before the test fails
@@ -269,3 +273,75 @@ def test_shutting_down_reports_closed_and_nothing_else_whatever_the_threads_were
             initial_state(watch)
             threading.Event().wait(random.uniform(0, 0.5))  # anywhere in the keep-alive's cycle
             changes.shut_down()
+
+
+class Stamped:
+    """The changes a client's listener is told of, each with the moment (``time.monotonic()``) it was."""
+
+    def __init__(self, client: ds.Discovery) -> None:
+        self._queue: queue.Queue[tuple[float, ds.StateChange]] = queue.Queue()
+        client.add_state_listener(lambda change: self._queue.put((time.monotonic(), change)))
+
+    def next(self, state: ds.ConnectionState, previous: ds.ConnectionState, timeout: float = WAIT) -> float:
+        """When the next change came, which must be to ``state`` from ``previous``."""
+        at, change = self._queue.get(timeout=timeout)
+        assert (change.state, change.previous) == (state, previous), change
+        return at
+
+    def empty(self) -> bool:
+        return self._queue.empty()
+
+
+SHORT_TTL = 3
+SLACK = 0.5  # seconds granted to each time bound beyond the goal: the listener's thread, a loaded machine
+SHUTDOWN = 1.5  # seconds shutdown() takes at most while etcd answers nothing
+
+
+def _acknowledged(client: ds.Discovery) -> float:
+    """When (``time.monotonic()``) the client's last keep-alive was acknowledged: no earlier."""
+    return time.monotonic() - float(client.status()["seconds_since_keepalive"])
+
+
+def _timed_shutdown(client: ds.Discovery) -> float:
+    began = time.monotonic()
+    client.shutdown()
+    return time.monotonic() - began
+
+
+def test_a_frozen_etcd_suspends_a_short_ttl_writer_at_once_loses_it_at_the_ttl_and_shutdown_is_quick(etcd, prefix):
+    """Issue 38: writers of TTL 3 on the one etcd, which freezes (SIGSTOP: it accepts connections
+    and answers nothing). Each is SUSPENDED as soon as a keep-alive is overdue (the next one, due
+    TTL/3 after the last acknowledged, gets no answer within a second), and LOST once the TTL has
+    passed since its last acknowledged keep-alive, as the client judges (etcd says nothing), not a
+    request timeout later. shutdown() of one SUSPENDED and of one LOST each returns within 1.5 s
+    and reports CLOSED next; their records expire with the lease once etcd runs again."""
+    url = _url(etcd.client_port, prefix, ttl=SHORT_TTL)
+    writer, early = ds.connect(url), ds.connect(url)
+    seen, early_seen = Stamped(writer), Stamped(early)
+    for client in (writer, early):
+        for i in range(3):
+            client.register(endpoint_spec(endpoint=f"e{i}"))
+    wait_until(lambda: writer.status()["keepalives"] >= 1, "a keep-alive acknowledged", WAIT)
+    acked, early_acked = _acknowledged(writer), _acknowledged(early)
+    assert etcd.process is not None
+    os.kill(etcd.process.pid, signal.SIGSTOP)
+    try:
+        early_suspended = early_seen.next(SUSPENDED, CONNECTED)
+        early_took = _timed_shutdown(early)
+        early_seen.next(CLOSED, SUSPENDED)  # shut down while SUSPENDED: nothing between
+        suspended = seen.next(SUSPENDED, CONNECTED)
+        lost = seen.next(LOST, SUSPENDED)
+        assert writer.state is LOST
+        took = _timed_shutdown(writer)
+        seen.next(CLOSED, LOST)
+    finally:
+        os.kill(etcd.process.pid, signal.SIGCONT)
+    overdue = SHORT_TTL / 3 + 1  # the next keep-alive is sent TTL/3 after the last, and waited for a second
+    assert early_suspended - early_acked <= overdue + SLACK, f"SUSPENDED {early_suspended - early_acked:.2f} s after"
+    assert suspended - acked <= overdue + SLACK, f"SUSPENDED {suspended - acked:.2f} s after the last keep-alive"
+    assert SHORT_TTL - 0.1 <= lost - acked <= SHORT_TTL + SLACK, f"LOST {lost - acked:.2f} s after the last keep-alive"
+    assert early_took <= SHUTDOWN, f"shutdown() while SUSPENDED took {early_took:.2f} s"
+    assert took <= SHUTDOWN, f"shutdown() while LOST took {took:.2f} s"
+    assert seen.empty() and early_seen.empty()
+    with ds.connect(f"etcd://127.0.0.1:{etcd.client_port}/{prefix}", read_only=True) as reader:
+        wait_until(lambda: not reader.list(ds.Query.endpoints()), "the records expired", SHORT_TTL + 2)
