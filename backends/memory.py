@@ -16,11 +16,11 @@ from discovery_sync.broadcast import FeedSet
 from discovery_sync.cohort import CohortMembership, Replacement
 from discovery_sync.discovery import Discovery
 from discovery_sync.events import Removed
-from discovery_sync.failover import FailoverLock, MemoryFailoverLock
+from discovery_sync.failover import FailoverLock, MemoryFailoverLock, check_stale_after
 from discovery_sync.identity import DiscoveryInstanceId, RecordKind
 from discovery_sync.logical_id import PARSERS, from_options, member_instance_id
 from discovery_sync.model import DiscoveryInstance, Endpoint, Model
-from discovery_sync.options import SERVER_ONLY, OptionSet, boolean, duration, optional, uint64
+from discovery_sync.options import SERVER_ONLY, OptionSet, boolean, optional, uint64
 from discovery_sync.queries import Query
 from discovery_sync.reconcile import apply
 from discovery_sync.watch import WatchFeed
@@ -213,7 +213,7 @@ class MemoryDiscovery(Discovery):
 
     def _failover_lock(self, name: str, stale_after: float | None) -> FailoverLock:
         if stale_after is not None:
-            duration(0.0, exclusive_minimum=True)(stale_after, "failover_lock() stale_after")
+            check_stale_after(stale_after)
         return MemoryFailoverLock(name, self.registry)  # in-process: never stale
 
     def _claim(self, cohort: CohortMembership) -> None:

@@ -784,7 +784,8 @@ class Discovery(abc.ABC):
         freezes longer than ``stale_after`` seconds (default: the store's ``lock_stale``, 10 s);
         the frozen holder learns it (``lock.on_lost``). ``shutdown()`` releases it after removing
         this client's records. ValidationError on backends without one (etcd, Kubernetes: no
-        cohort), for a read-only client, or for a bad name."""
+        cohort), for a read-only client, for a bad name, or for a ``stale_after`` that is not a
+        number of seconds above 0 and at most a week (the error names ``stale_after``)."""
         self._check_writable("take a failover lock")
         check_lock_name(name)
         with self._api_lock:

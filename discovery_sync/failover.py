@@ -27,7 +27,7 @@ from typing import TypeVar
 
 from .clock import SYSTEM, Clock
 from .errors import ClientClosed, ValidationError
-from .options import wait_timeout
+from .options import duration, wait_timeout
 from .threads import start_thread
 
 log = logging.getLogger("discovery_sync.failover")
@@ -37,6 +37,10 @@ LOCK_THREAD = "discovery-sync-failover-lock"
 MAX_NAME_LENGTH = 64
 _NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}")
 _ACCEPTED = f"1 to {MAX_NAME_LENGTH} characters among ASCII letters, digits, '.', '_' and '-', not starting with '.'"
+
+#: the label of ``failover_lock()``'s argument in errors: the caller's own word, not a store option's
+STALE_AFTER_LABEL = "failover_lock() stale_after"
+_STALE_AFTER = duration(0.0, exclusive_minimum=True)
 
 _L = TypeVar("_L", bound="FailoverLock")
 LostCallback = Callable[["FailoverLock"], None]
@@ -51,6 +55,14 @@ def check_lock_name(name: object) -> str:
     if not isinstance(name, str) or _NAME.fullmatch(name) is None:
         raise ValidationError(f"failover lock name {name!r} is not valid: use {_ACCEPTED}")
     return name
+
+
+def check_stale_after(value: object) -> float:
+    """The ``stale_after`` argument of ``Discovery.failover_lock()`` as seconds: more than 0 and
+    at most a week, a number or its ASCII text; else a ValidationError naming
+    ``failover_lock() stale_after`` (the argument the caller gave, whatever store option sets
+    its default), the value and what is accepted."""
+    return _STALE_AFTER(value, STALE_AFTER_LABEL)
 
 
 class FailoverLock(abc.ABC):

@@ -7,7 +7,8 @@ typically ``ns/$(POD_NAME)/engine``), and registers under it. The rules, as the 
 
 * The explicit id, trimmed, wins when it is not empty: decimal or ``0x``/``0X`` hexadecimal, a
   u64 and not 0 (it is not masked). Digits are ASCII only (Python's ``int()`` would also take
-  other scripts' digits, which Rust refuses); one leading ``+`` is accepted, as Rust's parser does.
+  other scripts' digits, which Rust refuses); one leading ``+`` and any number of leading zeros
+  are accepted, as Rust's parser does (``int()`` would refuse text over 4,300 digits).
 * Else the key, trimmed; empty or absent means no logical id. Every ``$(VAR)`` in it is replaced
   by the variable's value; an unset variable or an unterminated ``$(`` is an error, so cohort
   members never silently end up with different ids. Other text (a lone ``$`` or ``)``) is kept.
@@ -59,23 +60,25 @@ def rust_trim(text: str) -> str:
 
 
 def parse_explicit_id(raw: str, label: str) -> int:
-    """A trimmed, non-empty explicit id: decimal or ``0x`` hex, 1..2**64-1, ASCII digits only."""
-    digits = raw[2:] if raw[:2] in ("0x", "0X") else None
-    if digits is not None and _HEXADECIMAL.fullmatch(digits) and _fits(digits, 16):
-        number = int(digits, 16)
-    elif digits is None and _DECIMAL.fullmatch(raw) and _fits(raw, 20):
-        number = int(raw, 10)
-    else:
+    """A trimmed, non-empty explicit id: decimal or ``0x`` hex, 1..2**64-1, ASCII digits only.
+
+    As Rust's ``u64`` parsers do, any number of leading zeros is accepted (``"0" * 10_000 + "1"``
+    is 1) and one leading ``+``; anything else is a ValidationError naming ``label``, the value
+    and what is accepted (never Python's own ValueError: the digits that count are converted,
+    not the text, so ``int()``'s limit of 4,300 digits is never reached)."""
+    hexadecimal = raw[:2] in ("0x", "0X")
+    text = raw[2:] if hexadecimal else raw
+    if not (_HEXADECIMAL if hexadecimal else _DECIMAL).fullmatch(text):
         raise _bad(label, raw, ACCEPTED_ID)
-    if not 0 < number <= U64_MAX:
+    significant = text.removeprefix("+").lstrip("0")
+    # more digits than a u64 has is out of range: refused without converting them
+    most, base = (16, 16) if hexadecimal else (20, 10)
+    number = int(significant or "0", base) if len(significant) <= most else U64_MAX + 1
+    if number > U64_MAX:
+        raise _bad(label, raw, f"{ACCEPTED_ID} (this one is larger)")
+    if number == 0:
         raise _bad(label, raw, ACCEPTED_ID)
     return number
-
-
-def _fits(digits: str, most: int) -> bool:
-    """At most ``most`` digits after leading zeros (and a sign), as a u64 has: longer text is out
-    of range without converting it (``int()`` refuses text over 4,300 digits with a ValueError)."""
-    return len(digits.lstrip("+").lstrip("0")) <= most
 
 
 def hash_key(key: str) -> int:

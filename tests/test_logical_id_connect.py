@@ -88,6 +88,22 @@ def test_the_environment_gives_the_id(tmp_path, env):
             assert client.instance_id == client.logical_instance_id == 42
 
 
+def test_an_id_of_ten_thousand_leading_zeros_then_1_is_1(tmp_path, env):
+    """As the reference parses it (issue 38, point 5); connect() raised int()'s bare ValueError."""
+    padded = "0" * 10_000 + "1"
+    for url in clients(tmp_path):
+        with ds.connect(url, logical_instance_id=padded) as client:
+            assert client.instance_id == client.logical_instance_id == 1
+    env.setenv(ID_VARIABLE, padded)
+    for url in clients(tmp_path):
+        with ds.connect(url) as client:
+            assert client.instance_id == client.logical_instance_id == 1
+    env.setenv(ID_VARIABLE, "0" * 10_000 + "2" * 21)
+    for url in clients(tmp_path):
+        with pytest.raises(ds.ValidationError, match=f"^{ID_VARIABLE}='0000.*is not valid.*larger"):
+            ds.connect(url)
+
+
 def test_bad_environment_values_are_refused_naming_the_variable(tmp_path, env):
     env.setenv(ID_VARIABLE, "0")
     for url in clients(tmp_path):

@@ -366,3 +366,49 @@ def test_the_readme_example_runs_and_prints_what_its_comments_say(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == expected
     assert not result.stderr
+
+
+# pip's way of building an editable install (PEP 660), with the backend pyproject.toml names
+EDITABLE_BUILD = textwrap.dedent(
+    """
+    import sys, tomllib
+    from pyproject_hooks import BuildBackendHookCaller
+
+    source, destination = sys.argv[1], sys.argv[2]
+    with open(f"{source}/pyproject.toml", "rb") as file:
+        system = tomllib.load(file)["build-system"]
+    hooks = BuildBackendHookCaller(source, system["build-backend"], system.get("backend-path"))
+    print(hooks.build_editable(destination))
+    """
+)
+FOLDERS_NOTICE = "folders in your working directory with the same name as your package"
+
+
+def test_an_editable_install_gives_no_notice_about_folders_named_as_the_package(tmp_path):
+    """setuptools tells every editable install of a layout that is not src/ that a folder named
+    as the package may shadow it (issue 38, point 10); here that folder is the package's own, so
+    the repository's backend leaves the notice out. The editable wheel still maps the backends and
+    the CLI into the package, and a regular wheel build says nothing of the kind either."""
+    source = checkout_copy(tmp_path / "source")
+    editable = subprocess.run(
+        [sys.executable, "-c", EDITABLE_BUILD, source, tmp_path / "editable"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert editable.returncode == 0, editable.stdout + editable.stderr
+    said = " ".join((editable.stdout + editable.stderr).split())
+    assert FOLDERS_NOTICE not in said
+    (wheel,) = (tmp_path / "editable").glob("discovery_sync-*.whl")
+    finder = next(name for name in zipfile.ZipFile(wheel).namelist() if name.endswith("_finder.py"))
+    mapping = zipfile.ZipFile(wheel).read(finder).decode()
+    assert f"'discovery_sync.backends': '{source / 'backends'}'" in mapping
+    assert f"'discovery_sync.tools': '{source / 'tools'}'" in mapping
+    built = subprocess.run(
+        [sys.executable, "-m", "build", "--no-isolation", "--wheel", "--outdir", tmp_path / "dist", source],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    assert FOLDERS_NOTICE not in " ".join((built.stdout + built.stderr).split())

@@ -15,7 +15,7 @@ from discovery_sync.validation import printable
 
 from . import lookup
 from .manifests import MANIFESTS, manifest_documents, manifest_texts
-from .output import Printer, store_key
+from .output import Printer, record_document, store_key
 from .progress import ProgressBar, is_terminal, waiting
 from .spec_files import load_specs
 from .store import environment_store, open_store, queries, query, store_name
@@ -102,7 +102,7 @@ def _watch_live(args: argparse.Namespace, printer: Printer, watched: ds.Query) -
 
 def _draw(printer: Printer, instances: list[ds.DiscoveryInstance], version: int, *, redraw: bool, title: str) -> None:
     if not printer.tabular:
-        printer.document({"version": version, "instances": [i.to_dict() for i in instances]})
+        printer.document({"version": version, "instances": [record_document(i) for i in instances]})
         return
     count = len(instances)
     heading = f"{title} at {time.strftime('%H:%M:%S')}: {count} record{'' if count == 1 else 's'}"

@@ -16,7 +16,9 @@ JSON lines, -o yaml for YAML. Characters a terminal would act on (escape sequenc
 bidi controls) are shown escaped. Without --url, each command says on a terminal which
 store the environment chose. Records are keyed by their store key, {bucket}/{id path},
 and instance ids are shown in hex, as the keys hold them; JSON output keeps the records'
-wire format (ids as decimal integers there). There is no AGE column: no backend keeps
+wire format (ids as decimal integers there) and adds each id as the table shows it,
+instance_id_hex (publisher_id_hex for event sources): readers that take numbers as
+doubles (jq 1.6, JavaScript) round ids above 2**53. There is no AGE column: no backend keeps
 when a record was created (a file's mtime is its heartbeat, etcd revisions are not
 times, a Kubernetes resource is per worker, not per record).
 
@@ -26,7 +28,7 @@ MAIN_EXAMPLES = f"""\
 examples:
   {PROG} list                              every record of the default store
   {PROG} --url etcd://10.0.0.5:2379 list --kind models
-  {PROG} list -o json | jq .instance_id
+  {PROG} list -o json | jq -r .instance_id_hex
   {PROG} get v1/instances/ns/backend/generate/1f2e3d4c5b6a7988
   {PROG} watch --namespace ns              one line per change
   {PROG} doctor                            what is wrong with the store, and what to do

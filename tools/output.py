@@ -99,8 +99,42 @@ def summary(instance: ds.DiscoveryInstance) -> str:
     return transport_text(instance)
 
 
+def id_text(instance_id: int) -> str:
+    """An instance id as tables show it (and ``get`` takes it): lowercase hex, as store keys hold it."""
+    return f"{instance_id:x}"
+
+
+#: the suffix of the field that JSON and YAML documents add after a record's numeric id
+ID_TEXT_SUFFIX = "_hex"
+
+
+def record_document(instance: ds.DiscoveryInstance) -> dict[str, Any]:
+    """``instance.to_dict()`` (the record's wire form), with its id also as text right after the
+    numeric field: ``instance_id_hex`` (an event source's ``publisher_id_hex``), the id the table
+    shows. Readers that take JSON numbers as doubles (jq 1.6, JavaScript) round ids above 2**53;
+    the text survives them. The numeric field stays, as it was."""
+    data = instance.to_dict()
+    field = "publisher_id" if isinstance(instance, ds.EventSource) else "instance_id"
+    document: dict[str, Any] = {}
+    for key, value in data.items():
+        document[key] = value
+        if key == field:
+            document[field + ID_TEXT_SUFFIX] = id_text(instance.instance_id)
+    return document
+
+
+def event_document(event: ds.DiscoveryEvent) -> dict[str, Any]:
+    """``event.to_dict()`` with each record in it as :func:`record_document` gives it (a removal's
+    and a taint change's ``id`` already hold the id as text, in its path)."""
+    if isinstance(event, ds.Added):
+        return {"event": "Added", "instance": record_document(event.instance)}
+    if isinstance(event, ds.Resync):
+        return {"event": "Resync", "instances": [record_document(instance) for instance in event.instances]}
+    return event.to_dict()
+
+
 def record_row(instance: ds.DiscoveryInstance, *, wide: bool = False) -> list[str]:
-    row = [KIND_LABELS[instance.kind], where(instance), f"{instance.instance_id:x}", transport_text(instance)]
+    row = [KIND_LABELS[instance.kind], where(instance), id_text(instance.instance_id), transport_text(instance)]
     if wide:
         row += [model_text(instance), store_key(instance.id())]
     return row
@@ -301,12 +335,12 @@ class Printer:
         self.lines(self.table_lines(headers, rows))
 
     def records(self, instances: Sequence[ds.DiscoveryInstance]) -> None:
-        """A table of records, or one document per record (``instance.to_dict()``)."""
+        """A table of records, or one document per record (:func:`record_document`)."""
         if self.tabular:
             self.table(self.record_headers(), self.record_rows(instances))
         else:
             for instance in instances:
-                self.document(instance.to_dict())
+                self.document(record_document(instance))
 
     def record_headers(self) -> list[str]:
         return WIDE_HEADERS if self.format == "wide" else RECORD_HEADERS
@@ -315,11 +349,11 @@ class Printer:
         return [record_row(instance, wide=self.format == "wide") for instance in instances]
 
     def event(self, event: ds.DiscoveryEvent, now: float | None = None) -> None:
-        """A readable line per event (tables), or the event's document (``event.to_dict()``)."""
+        """A readable line per event (tables), or the event's document (:func:`event_document`)."""
         if self.tabular:
             self.write(event_line(event, time.time() if now is None else now) + "\n")
         else:
-            self.document(event.to_dict())
+            self.document(event_document(event))
 
 
 def event_line(event: ds.DiscoveryEvent, now: float) -> str:

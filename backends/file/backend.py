@@ -46,7 +46,7 @@ from discovery_sync.broadcast import FeedSet
 from discovery_sync.clock import SYSTEM, Clock
 from discovery_sync.discovery import CollectedGarbage, Discovery
 from discovery_sync.errors import BackendUnavailable, DiscoveryError
-from discovery_sync.failover import FailoverLock
+from discovery_sync.failover import FailoverLock, check_stale_after
 from discovery_sync.identity import DiscoveryInstanceId, RecordKind
 from discovery_sync.logical_id import member_instance_id
 from discovery_sync.metrics import BackendFigures
@@ -476,7 +476,7 @@ class FileDiscovery(Discovery):
         self._own.write(instance, create_only=False)
 
     def _failover_lock(self, name: str, stale_after: float | None) -> FailoverLock:
-        stale_after = self._locks.stale_after if stale_after is None else OPTIONS.check("lock_stale", stale_after)
+        stale_after = self._locks.stale_after if stale_after is None else check_stale_after(stale_after)
         return FileFailoverLock(
             name, self._lock_dir, mode=self._locks.mode, stale_after=stale_after, store_root=self.root,
             clock=self._clock,

@@ -432,6 +432,23 @@ def test_bad_options_and_timeouts_are_refused(tmp_path, lock_dir, make_lock):
         lock.on_lost("not a function")
 
 
+@pytest.mark.parametrize("scheme", ["file", "memory"])
+@pytest.mark.parametrize("stale", [0, -1, float("inf"), float("nan"), "soon", True, "0" * 5000 + "1"])
+def test_a_bad_stale_after_of_failover_lock_is_blamed_on_stale_after(tmp_path, scheme, stale):
+    """The argument the caller gave is named, not the store option (lock_stale) that sets its
+    default (issue 38, point 5); the message says what is accepted."""
+    url = f"file://{tmp_path}/store" if scheme == "file" else "memory://stale-after"
+    with ds.connect(url) as client:
+        with pytest.raises(ds.ValidationError) as caught:
+            client.failover_lock("primary", stale_after=stale)
+        message = str(caught.value)
+        assert message.startswith("failover_lock() stale_after="), message
+        assert "lock_stale" not in message
+        assert "is not valid: a number of seconds, more than 0" in message
+        lock = client.failover_lock("primary", stale_after=" 2.5 ")  # text as the store option takes it
+        assert getattr(lock, "stale_after", 2.5) == 2.5
+
+
 @pytest.mark.parametrize("trouble", ["read-only", "no inodes"])
 def test_a_store_that_refuses_the_lock_is_backend_unavailable_and_left_clean(disk, trouble):
     disk.store.mkdir()

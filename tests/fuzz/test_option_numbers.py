@@ -86,6 +86,24 @@ def test_the_reported_cases_are_validation_errors_saying_ascii(backend, name, va
         OPTION_SETS[backend].parse({name: value})
 
 
+PADDED = ["0" * 10_000 + "1", "+" + "0" * 10_000 + "1", "0x" + "0" * 10_000 + "1", "0" * 10_000 + ".5"]
+
+
+@pytest.mark.parametrize("value", PADDED)
+@pytest.mark.parametrize(
+    ("backend", "name"),
+    [(backend, name) for backend, options in OPTION_SETS.items() for name in sorted(NUMERIC & set(options.names()))],
+)
+def test_numbers_of_ten_thousand_digits_are_refused_naming_the_option_or_read(backend, name, value):
+    """Beyond int()'s 4,300 digits (issue 38, point 5): a ValidationError naming the option,
+    never int()'s ValueError; a logical id reads its leading zeros as the reference does."""
+    result = parsed_or_refused(OPTION_SETS[backend], name, value)
+    if name == ID_OPTION:
+        assert result == (1 if value != PADDED[-1] else None)
+    else:
+        assert result is None  # more than 40 characters: refused whatever they hold (discovery_sync.options)
+
+
 @contextmanager
 def environment(variable: str, value: str) -> Iterator[None]:
     """``variable`` set to ``value`` for the block (hypothesis runs many examples in one test call)."""
@@ -120,6 +138,19 @@ def test_numeric_environment_variables_refuse_what_is_not_an_ascii_number_naming
             return
     trim = rust_trim if variable == ID_VARIABLE else lambda value: value.strip(ASCII_SPACE)
     assert_ascii_number(text, trim)
+
+
+@pytest.mark.parametrize("variable", sorted(ENVIRONMENT_READERS))
+@pytest.mark.parametrize("text", PADDED)
+def test_environment_numbers_of_ten_thousand_digits_are_refused_naming_the_variable_or_read(variable, text):
+    with environment(variable, text):
+        try:
+            value = ENVIRONMENT_READERS[variable]()
+        except ds.ValidationError as refused:
+            assert str(refused).startswith(f"{variable}="), str(refused)
+            assert variable != ID_VARIABLE or text == PADDED[-1]
+        else:
+            assert variable == ID_VARIABLE and value == 1
 
 
 @pytest.mark.parametrize("variable", ["ETCD_LEASE_TTL", "DYN_FILE_KV_TTL_SECS", "ETCD_STARTUP_CONNECT_TIMEOUT_SECONDS"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -64,11 +65,35 @@ def test_list_prints_json_lines_of_records(url):
         client.register(ds.ModelSpec("ns", "backend", "generate", {"display_name": "m"}))
         result = cli("list", "--kind", "endpoints", "--namespace", "ns", "-o", "json", url=url)
         assert result.returncode == 0, result.stderr
-        assert lines(result.stdout) == [endpoint.to_dict()]
+        assert lines(result.stdout) == [{**endpoint.to_dict(), "instance_id_hex": f"{endpoint.instance_id:x}"}]
         everything = lines(cli("list", "-o", "json", url=url).stdout)  # --kind all: endpoints first, then models
         assert [record["type"] for record in everything] == ["Endpoint", "Model"]
         models = lines(cli("list", "--kind", "models", "-o", "json", url=url).stdout)
         assert [m["card_json"] for m in models] == [{"display_name": "m"}]
+
+
+@pytest.mark.skipif(shutil.which("jq") is None, reason="jq is not installed")
+def test_list_json_ids_survive_jq(tmp_path):
+    """jq 1.6 reads numbers as doubles: ``.instance_id`` of an id above 2**53 comes out rounded,
+    ``.instance_id_hex`` as the table shows it (issue 38, point 9)."""
+    url = f"file://{tmp_path / 'store'}"
+    with ds.connect(url, instance_id=2**60 + 1) as client:
+        client.register(ds.EndpointSpec("ns", "backend", "generate", ds.Transport.tcp("127.0.0.1:1")))
+        listed = cli("list", "-o", "json", url=url)
+        table = cli("list", url=url)
+    assert listed.returncode == table.returncode == 0, listed.stderr + table.stderr
+    jq = ["jq", "-r", ".instance_id, .instance_id_hex"]
+    number, text = subprocess.run(jq, input=listed.stdout, capture_output=True, text=True, check=True).stdout.split()
+    if jq_reads_doubles():
+        assert int(float(number)) != 2**60 + 1
+    assert text == "1000000000000001"
+    assert text in table.stdout.splitlines()[1].split()
+
+
+def jq_reads_doubles() -> bool:
+    """Whether this jq rounds integers above 2**53 (1.6 does; 1.7 keeps the literal when unchanged)."""
+    probe = subprocess.run(["jq", "."], input="1152921504606846977", capture_output=True, text=True, check=True)
+    return probe.stdout.strip() != "1152921504606846977"
 
 
 def test_register_holds_until_interrupted_and_watch_sees_it_come_and_go(url, tmp_path):

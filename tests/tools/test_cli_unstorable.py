@@ -43,7 +43,7 @@ def test_list_prints_the_other_records_in_every_format(store):
     url, valid = store
     result = cli("-v", "list", "--kind", "models", "-o", "json", url=url)
     assert result.returncode == 0, result.stderr
-    assert lines(result.stdout) == [valid]
+    assert lines(result.stdout) == [{**valid, "instance_id_hex": "c"}]  # the id as the table shows it, too
     result = cli("-v", "list", "--kind", "models", "-o", "yaml", url=url)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith('type: "Model"\n') and result.stdout.count("instance_id: ") == 1
@@ -60,9 +60,10 @@ def test_watch_prints_the_other_records_and_warns_of_each_skipped_file_once(stor
     result = cli("-v", "watch", "--kind", "models", "-o", fmt, "--idle-timeout", "3", url=url)
     assert result.returncode == 0, result.stderr
     if fmt == "json":
+        shown = {**valid, "instance_id_hex": "c"}
         assert lines(result.stdout) == [
-            {"event": "Added", "instance": valid},
-            {"event": "Resync", "instances": [valid]},
+            {"event": "Added", "instance": shown},
+            {"event": "Resync", "instances": [shown]},
         ]
     else:
         assert result.stdout.count("instance_id: ") == 2 and f"instance_id: {0xC}\n" in result.stdout

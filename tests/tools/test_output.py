@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import io
+import json
+from collections.abc import Callable
 
 import pytest
 import yaml
 from discovery_sync.tools import output, store
-from discovery_sync.tools.commands import doctor_lines
+from discovery_sync.tools.commands import _draw, doctor_lines
 
 import discovery_sync as ds
 
@@ -94,7 +97,7 @@ def test_a_yaml_printer_separates_documents():
     printer = output.Printer("yaml", stream)  # type: ignore[arg-type]
     printer.records([ENDPOINT, MODEL])
     documents = list(yaml.safe_load_all("".join(stream)))
-    assert documents == [ENDPOINT.to_dict(), MODEL.to_dict()]
+    assert documents == [{**record.to_dict(), "instance_id_hex": "2a"} for record in (ENDPOINT, MODEL)]
     assert "".join(stream).count("---") == 1
 
 
@@ -174,3 +177,57 @@ def test_doctor_lines_say_ok_or_problem_per_check():
     assert "PROBLEM  the store cannot be used (see below)" in lines
     assert "PROBLEM  etcd at 127.0.0.1:1 is unreachable: refused" in lines
     assert lines[-1].startswith("1 problem: ")
+
+
+# -- ids that survive readers of doubles (issue 38, point 9) -------------------------------------------
+BIG = 2**60 + 1  # above 2**53: a double cannot hold it
+BIG_RECORDS = [
+    ds.Endpoint("ns", "backend", "generate", BIG, ds.Transport.tcp("10.0.0.7:9000")),
+    ds.Model("ns", "backend", "generate", BIG, {"display_name": "m"}),
+    ds.EventChannel(ds.EventScope("ns"), "kv", BIG, ds.ZmqTransport("tcp://10.0.0.7:5557")),
+    ds.EventSource(ds.EventScope("ns"), "kv", BIG, {}),
+]
+
+
+def as_jq_1_6_reads_it(line: str) -> dict:
+    """A JSON line read as jq 1.6 and JavaScript read it: every number a double."""
+    return json.loads(line, parse_int=float)
+
+
+def json_lines(write: Callable[[output.Printer], None]) -> list[str]:
+    stream = io.StringIO()
+    write(output.Printer("json", stream))
+    return stream.getvalue().splitlines()
+
+
+@pytest.mark.parametrize("record", BIG_RECORDS, ids=lambda record: type(record).__name__)
+def test_a_json_record_gives_its_id_as_the_table_shows_it_beside_the_number(record):
+    (line,) = json_lines(lambda printer: printer.records([record]))
+    field = "publisher_id" if isinstance(record, ds.EventSource) else "instance_id"
+    exact, doubled = json.loads(line), as_jq_1_6_reads_it(line)
+    assert exact[field] == BIG  # the number stays, for compatibility
+    assert doubled[field] != BIG  # what jq 1.6 makes of it
+    assert doubled[field + "_hex"] == "1000000000000001" == output.record_row(record)[2]
+    assert int(doubled[field + "_hex"], 16) == BIG
+    keys = list(record.to_dict())
+    at = keys.index(field) + 1
+    assert list(exact) == [*keys[:at], field + "_hex", *keys[at:]]  # right after the number
+
+
+def test_watch_documents_give_the_ids_as_text_too():
+    endpoint, model = BIG_RECORDS[:2]
+    events = [ds.Added(endpoint), ds.Resync((endpoint, model)), ds.Removed(endpoint.id())]
+    added, resync, removed = (as_jq_1_6_reads_it(line) for line in json_lines(lambda p: [p.event(e) for e in events]))
+    assert added["instance"]["instance_id_hex"] == "1000000000000001"
+    assert [i["instance_id_hex"] for i in resync["instances"]] == ["1000000000000001"] * 2
+    assert removed == {"event": "Removed", "id": {"kind": "endpoint", "path": "ns/backend/generate/1000000000000001"}}
+    (live,) = json_lines(lambda p: _draw(p, [endpoint], 3, redraw=False, title="t"))
+    assert as_jq_1_6_reads_it(live)["instances"][0]["instance_id_hex"] == "1000000000000001"
+
+
+def test_yaml_documents_give_the_id_as_text_too():
+    stream = io.StringIO()
+    output.Printer("yaml", stream).records(BIG_RECORDS[:1])
+    document = yaml.safe_load(stream.getvalue())
+    assert document["instance_id"] == BIG
+    assert document["instance_id_hex"] == "1000000000000001"

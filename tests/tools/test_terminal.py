@@ -10,6 +10,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from discovery_sync.tools.output import record_document
 
 import discovery_sync as ds
 from testrigs.net import free_port
@@ -70,7 +71,7 @@ def test_list_piped_prints_the_same_table_and_json_lines_when_asked(url, client)
     result = piped("list", "--url", url, "-o", "json")
     assert result.returncode == 0, result.stderr
     records = [orjson.loads(line) for line in result.stdout.splitlines()]
-    assert records == [i.to_dict() for i in client.owned()]
+    assert records == [record_document(i) for i in client.owned()]
     assert result.stderr == ""
 
 
@@ -79,9 +80,9 @@ def test_get_prints_one_record_and_exits_1_when_it_is_absent(url, client):
     key = f"v1/instances/ns/backend/generate/{client.instance_id:x}"
     result = piped("get", key, "--url", url, "-o", "json")
     assert result.returncode == 0, result.stderr
-    assert orjson.loads(result.stdout) == endpoint.to_dict()
+    assert orjson.loads(result.stdout) == record_document(endpoint)
     by_path = piped("get", "--kind", "endpoint", key.removeprefix("v1/instances/"), "--url", url, "-o", "json")
-    assert orjson.loads(by_path.stdout) == endpoint.to_dict()
+    assert orjson.loads(by_path.stdout) == record_document(endpoint)
     absent = piped("get", "v1/instances/ns/backend/generate/1", "--url", url)
     assert absent.returncode == 1 and absent.stdout == ""
     assert len(absent.stderr.splitlines()) == 1 and "no record v1/instances/ns/backend/generate/1" in absent.stderr

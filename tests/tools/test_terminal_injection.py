@@ -145,7 +145,7 @@ def test_json_and_yaml_on_a_terminal_carry_the_fields_escaped_and_exact(url, hos
     assert status == 0, shown
     text = "\n".join(screen(shown)) + "\n"
     with ds.connect(url, read_only=True) as reader:
-        expected = [i.to_dict() for kind in ("endpoints", "models", "event_channels", "event_sources")
+        expected = [output.record_document(i) for kind in ("endpoints", "models", "event_channels", "event_sources")
                     for i in reader.list(ds.Query.from_dict({"kind": kind}))]  # fmt: skip
     if fmt == "json":
         assert [orjson.loads(line) for line in text.splitlines()] == expected

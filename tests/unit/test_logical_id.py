@@ -85,6 +85,42 @@ def test_explicit_ids_cover_the_u64_range_unmasked():
             logical(too_big, None)
 
 
+def test_leading_zeros_are_taken_as_rusts_parser_takes_them():
+    """Any number of leading zeros (issue 38, point 5): 10,000 of them then ``1`` is 1, as the
+    reference's ``raw.parse::<u64>()`` reads it; Python's ``int()`` refuses text over 4,300 digits
+    with a bare ValueError, which must never escape."""
+    zeros = "0" * 10_000
+    assert logical(zeros + "1", None) == 1
+    assert logical("+" + zeros + "42", None) == 42
+    assert logical("0x" + zeros + "2a", None) == 42
+    assert logical("0X+" + zeros + "FFFFFFFFFFFFFFFF", None) == U64_MAX
+    assert logical(f" {zeros}{U64_MAX}\n", "k") == U64_MAX
+    assert resolve({}, {ID_VARIABLE: zeros + "7"}) == 7
+    assert resolve({"logical_instance_id": zeros + "7"}, {}) == 7
+
+
+@pytest.mark.parametrize(
+    ("raw", "larger"),
+    [
+        ("0" * 10_000, False),
+        ("0x" + "0" * 10_000, False),
+        ("0" * 10_000 + str(U64_MAX + 1), True),
+        ("0" * 10_000 + "1" * 10_000, True),
+        ("0x" + "0" * 10_000 + "1" * 17, True),
+        ("0" * 10_000 + "1x", False),
+        ("0" * 10_000 + "\u0661", False),
+    ],
+)
+def test_what_the_reference_refuses_stays_refused_however_many_digits(raw, larger):
+    for parse in (lambda: logical(raw, None), lambda: resolve({}, {ID_VARIABLE: raw})):
+        with pytest.raises(ds.ValidationError) as caught:
+            parse()
+        message = str(caught.value)
+        assert "is not valid: a non-zero whole number up to 18446744073709551615" in message
+        assert message.endswith("(this one is larger)") == larger
+        assert len(message) < 300  # the value is shown cut short
+
+
 def test_the_explicit_id_beats_the_key():
     assert logical("42", "k") == 42
     assert logical("0x2a", "ns/$(MISSING)") == 42  # the key is not even expanded
