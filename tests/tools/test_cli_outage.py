@@ -22,7 +22,7 @@ import discovery_sync as ds
 from testrigs.etcd_server import EtcdServer
 from testrigs.helpers import endpoint_spec
 from testrigs.tcp_proxy import TcpProxy
-from tests.tools.terminal import command, environment
+from tests.tools.terminal import Terminal, command, environment
 
 WAIT = 30.0  # seconds a watch may take to show a change, on a loaded machine
 STAMP = r"\d\d:\d\d:\d\d\.\d{3}"
@@ -157,6 +157,27 @@ def test_a_file_store_that_goes_away_and_comes_back_is_shown_as_state_documents(
         if watch is not None:
             _stop(watch)
         writer.shutdown()
+
+
+def test_a_live_table_on_a_terminal_shows_the_state_in_its_heading(tmp_path):
+    store = tmp_path / "store"
+    url = f"file://{store}?ttl=60&rescan_interval=0.2"
+    with ds.connect(url) as writer:
+        writer.register(endpoint_spec())
+        terminal = Terminal("--url", url, "watch", "--live")
+        try:
+            terminal.expect("1 record (Ctrl-C to stop)")
+            store.rename(tmp_path / "away")
+            heading = terminal.expect("connection SUSPENDED at ")
+            assert "the store was removed" in heading.rsplit("connection SUSPENDED at ", 1)[1]
+            (tmp_path / "away").rename(store)
+            terminal.expect("connection RECONNECTED at ")
+            terminal.ctrl_c()
+            status, shown = terminal.finish()
+        finally:
+            terminal.close()
+    assert status == cli.EXIT_INTERRUPTED, shown
+    assert "Traceback" not in shown
 
 
 def test_a_watch_that_ends_prints_no_state_of_its_own_shutdown(tmp_path):
