@@ -175,6 +175,7 @@ def test_the_constructors_take_and_check_the_logical_id(tmp_path):
 
 # -- read-only clients -------------------------------------------------------------------------------
 def test_read_only_clients_ignore_the_environment(tmp_path, env, capsys):
+    ds.connect(f"file://{tmp_path}/store").shutdown()  # the store exists (the CLI refuses a missing one)
     env.setenv(ID_VARIABLE, "0")  # invalid, and not even read
     env.setenv(KEY_VARIABLE, "ns/$(MISSING)")
     for url in clients(tmp_path):

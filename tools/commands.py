@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import discovery_sync as ds
@@ -69,7 +70,11 @@ def cmd_watch(args: argparse.Namespace) -> int:
     if args.live:
         return _watch_live(args, printer, watched)
     header = printer.tabular and is_terminal(sys.stderr)  # it names the store: no other line needed
-    with open_store(args, read_only=True, announce=not header) as client, client.list_and_watch(watched) as watch:
+    with (
+        open_store(args, read_only=True, announce=not header) as client,
+        _StateLines(client, printer.state),
+        client.list_and_watch(watched) as watch,
+    ):
         if header:
             _say(f"watching {watched.kind_name} in {store_name(args.url)}; Ctrl-C to stop")
         for count, event in enumerate(watch.events(idle_timeout=args.idle_timeout), start=1):  # Ctrl-C: cli.run
@@ -79,39 +84,99 @@ def cmd_watch(args: argparse.Namespace) -> int:
     return 0
 
 
-def _watch_live(args: argparse.Namespace, printer: Printer, watched: ds.Query) -> int:
-    """Redraw the records of a live view on every change (documents when not a table)."""
-    redraw = printer.tabular and is_terminal(printer.stream)  # the title names the store
-    with (
-        open_store(args, read_only=True, announce=not redraw) as client,
-        client.live_view(watched, key=lambda i: i.id()) as view,
-    ):
-        shown = 0
-        while True:
-            version = view.version
-            instances = sorted(view.snapshot().values(), key=lambda i: store_key(i.id()))
-            _draw(printer, instances, version, redraw=redraw, title=f"{watched.kind_name} in {store_name(args.url)}")
-            shown += 1
-            if args.count is not None and shown >= args.count:
-                return 0
+class _StateLines:
+    """While a watch runs, show each change of the client's connection state (SUSPENDED, LOST,
+    RECONNECTED, with the reason) with ``show``, called from the client's state thread; and the
+    state the client is in already when it is not CONNECTED (a listener is not told of earlier
+    changes). Not the CLOSED of the command's own shutdown: it stops showing first."""
+
+    def __init__(self, client: ds.Discovery, show: Callable[[ds.StateChange], None]) -> None:
+        self._client, self._show = client, show
+        self._lock = threading.Lock()
+        self._showing = True
+
+    def __enter__(self) -> _StateLines:
+        self._client.add_state_listener(self)
+        state = self._client.state
+        if state is not ds.ConnectionState.CONNECTED:
+            self(ds.StateChange(state, state, f"the client was {state} when the watch began"))
+        return self
+
+    def __call__(self, change: ds.StateChange) -> None:
+        with self._lock:
+            if not self._showing:
+                return
             try:
-                view.wait_changed(version, timeout=args.idle_timeout)
-            except ds.WatchTimeout:
-                return 0
+                self._show(change)
+            except OSError:  # stdout was closed (watch | head -1): the command's next write ends it
+                self._showing = False
+
+    def __exit__(self, *exc_info: object) -> None:
+        with self._lock:
+            self._showing = False
+        with contextlib.suppress(ds.DiscoveryError):
+            self._client.remove_state_listener(self)
 
 
-def _draw(printer: Printer, instances: list[ds.DiscoveryInstance], version: int, *, redraw: bool, title: str) -> None:
-    if not printer.tabular:
-        printer.document({"version": version, "instances": [record_document(i) for i in instances]})
-        return
-    count = len(instances)
-    heading = f"{title} at {time.strftime('%H:%M:%S')}: {count} record{'' if count == 1 else 's'}"
-    if redraw:
-        heading += " (Ctrl-C to stop)"
-    lines = [printable(heading), ""]
-    if instances:
-        lines += printer.table_lines(printer.record_headers(), printer.record_rows(instances))
-    printer.write((CLEAR_SCREEN if redraw else "") + "".join(line + "\n" for line in lines) + ("" if redraw else "\n"))
+def _watch_live(args: argparse.Namespace, printer: Printer, watched: ds.Query) -> int:
+    """Redraw the records of a live view on every change (documents when not a table); a change
+    of the connection state is a line (or document) of its own, or in the redrawn table's heading."""
+    redraw = printer.tabular and is_terminal(printer.stream)  # the title names the store
+    with open_store(args, read_only=True, announce=not redraw) as client:
+        live = _LiveTable(printer, redraw=redraw, title=f"{watched.kind_name} in {store_name(args.url)}")
+        with _StateLines(client, live.state), client.live_view(watched, key=lambda i: i.id()) as view:
+            live.view = view
+            shown = 0
+            while True:
+                version = live.draw()
+                shown += 1
+                if args.count is not None and shown >= args.count:
+                    return 0
+                try:
+                    view.wait_changed(version, timeout=args.idle_timeout)
+                except ds.WatchTimeout:
+                    return 0
+
+
+class _LiveTable:
+    """What ``watch --live`` shows: the records of ``view`` (set once it is open), redrawn in
+    place (``redraw``) or printed one after the other; and the connection state."""
+
+    def __init__(self, printer: Printer, *, redraw: bool, title: str) -> None:
+        self.printer, self.redraw, self.title = printer, redraw, title
+        self.view: ds.LiveView[Any, ds.DiscoveryInstance] | None = None
+        self.heading_state = ""  # the last state change, for the redrawn table's heading
+
+    def state(self, change: ds.StateChange) -> None:
+        """Called from the client's state thread: redraw with the state in the heading, or show it."""
+        if not self.redraw:
+            self.printer.state(change)
+            return
+        with self.printer.lock:
+            self.heading_state = f"connection {change.state.value.upper()} at {time.strftime('%H:%M:%S')}: "
+            self.heading_state += change.reason
+            if self.view is not None:
+                self.draw()
+
+    def draw(self) -> int:
+        """Draw the records (under the printer's lock: the state thread draws too); their version."""
+        assert self.view is not None
+        with self.printer.lock:
+            version = self.view.version
+            instances = sorted(self.view.snapshot().values(), key=lambda i: store_key(i.id()))
+            if not self.printer.tabular:
+                self.printer.document({"version": version, "instances": [record_document(i) for i in instances]})
+                return version
+            count = len(instances)
+            heading = f"{self.title} at {time.strftime('%H:%M:%S')}: {count} record{'' if count == 1 else 's'}"
+            lines = [heading + (" (Ctrl-C to stop)" if self.redraw else "")]
+            lines += [self.heading_state] if self.heading_state else []
+            lines = [printable(line) for line in lines] + [""]
+            if instances:
+                lines += self.printer.table_lines(self.printer.record_headers(), self.printer.record_rows(instances))
+            end = "" if self.redraw else "\n"
+            self.printer.write((CLEAR_SCREEN if self.redraw else "") + "".join(f"{line}\n" for line in lines) + end)
+            return version
 
 
 class _Stop:
@@ -131,7 +196,7 @@ class _Stop:
 def cmd_register(args: argparse.Namespace) -> int:
     specs = load_specs(args.spec)
     printer = Printer(args.output)
-    with open_store(args, read_only=False) as client:
+    with open_store(args, read_only=False, must_exist=False) as client:
         registered = []
         for spec in specs:
             with waiting("registering"):
@@ -153,7 +218,7 @@ def cmd_register(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     printer = Printer(args.output)
     try:
-        client = open_store(args, read_only=True, announce=not printer.tabular)  # the table's first line names it
+        client = open_store(args, read_only=True, announce=not printer.tabular, must_exist=False)  # says so itself
     except ds.BackendUnavailable as exc:  # a store no client may use (a symlinked bucket, say) is a finding too
         report: dict[str, Any] = {"url": store_name(args.url), "problems": [str(exc)]}
     else:

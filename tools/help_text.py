@@ -8,8 +8,9 @@ MAIN = """\
 Look into a discovery store (file, etcd or Kubernetes) and change it by hand.
 
 Read-only commands (list, get, watch, doctor, gc --dry-run) never write: no lease, no
-Kubernetes resource, no store directory is created. Global options (--url, --timeout,
--o/--output) may come before or after the command.
+Kubernetes resource, no store directory is created. A file store that does not exist (a
+mistyped path) is an error for list, get, watch, top and gc, which create nothing; register
+creates it. Global options (--url, --timeout, -o/--output) may come before or after the command.
 
 Output: aligned tables, on a terminal and piped alike (-o wide adds columns); -o json for
 JSON lines, -o yaml for YAML. Characters a terminal would act on (escape sequences, CR,
@@ -87,6 +88,12 @@ Each event is a line: time, event, store key and a summary (-o json: a JSON line
 --live instead redraws a table of the current records on every change (piped, it prints
 each table in turn; -o json: one JSON line per change, {"version": N, "instances": [...]}).
 --timeout bounds each request, not the watch: --count or --idle-timeout end it.
+
+A change of the connection to the store is a line of its own: time, SUSPENDED, LOST or
+RECONNECTED, and why (-o json: {"state": "suspended", "previous": "connected", "reason": ...,
+"rewritten": [...]}; --live: in the heading, piped a line between the tables). After an
+outage the watch shows what changed meanwhile, then RESYNC: records that did not change are
+not shown again. A file store that does not exist is an error (check the path).
 
 One watch follows one kind: run one per kind to follow several."""
 
@@ -173,7 +180,7 @@ Remove the records whose owners died (file store: the owner stopped its heartbea
 TTL plus the mount's cache window, so this waits that long; a progress line shows it on a
 terminal). Stores with leases (etcd, Kubernetes) remove such records themselves.
 --dry-run only lists what would be removed, and writes nothing. Exit status 1 when dead
-records were left behind."""
+records were left behind. A file store that does not exist is an error: gc creates nothing."""
 
 GC_EXAMPLES = f"""\
 examples:

@@ -14,6 +14,7 @@ import math
 import re
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any, TextIO
@@ -305,14 +306,17 @@ class Printer:
         self.stream = stream if stream is not None else sys.stdout
         self.format = fmt or DEFAULT_FORMAT
         self._documents = 0
+        # a watch's connection-state lines come from the client's state thread: whole lines only
+        self.lock = threading.RLock()
 
     @property
     def tabular(self) -> bool:
         return self.format in ("table", "wide")
 
     def write(self, text: str) -> None:
-        self.stream.write(text)
-        self.stream.flush()
+        with self.lock:
+            self.stream.write(text)
+            self.stream.flush()
 
     def lines(self, lines: Iterable[str]) -> None:
         """Lines of text, each shown escaped (:func:`printable`) if it holds a control character."""
@@ -320,12 +324,11 @@ class Printer:
 
     def document(self, data: Any) -> None:
         """One JSON line, or one YAML document (``---`` between documents)."""
-        if self.format == "yaml":
-            separator = "---\n" if self._documents else ""
-            self.write(separator + to_yaml(data))
-        else:
-            self.write(to_json(data) + "\n")
-        self._documents += 1
+        text = to_yaml(data) if self.format == "yaml" else to_json(data) + "\n"
+        with self.lock:
+            separator = "---\n" if self.format == "yaml" and self._documents else ""
+            self.write(separator + text)
+            self._documents += 1
 
     def table_lines(self, headers: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
         width = terminal_width() if self.format == "table" and is_terminal(self.stream) else None  # piped: never cut
@@ -355,10 +358,42 @@ class Printer:
         else:
             self.document(event_document(event))
 
+    def state(self, change: ds.StateChange, now: float | None = None) -> None:
+        """A line of its own per change of the client's connection state (tables), or its
+        document (:func:`state_document`), between the events."""
+        if self.tabular:
+            self.write(state_line(change, time.time() if now is None else now) + "\n")
+        else:
+            self.document(state_document(change))
+
+
+def clock_time(now: float) -> str:
+    """``HH:MM:SS.mmm``, local time."""
+    return time.strftime("%H:%M:%S", time.localtime(now)) + f".{int(now * 1000) % 1000:03d}"
+
+
+def state_line(change: ds.StateChange, now: float) -> str:
+    """``HH:MM:SS.mmm  SUSPENDED  reason``: the state in capitals, as no event is named."""
+    text = change.reason
+    if change.rewritten:
+        count = len(change.rewritten)
+        text += f" (wrote back {count} record{'' if count == 1 else 's'})"
+    return f"{clock_time(now)}  {change.state.value.upper():<7}  {printable(text)}".rstrip()
+
+
+def state_document(change: ds.StateChange) -> dict[str, Any]:
+    """A state change as a document of its own shape: ``state`` where an event has ``event``."""
+    return {
+        "state": change.state.value,
+        "previous": change.previous.value,
+        "reason": change.reason,
+        "rewritten": list(change.rewritten),
+    }
+
 
 def event_line(event: ds.DiscoveryEvent, now: float) -> str:
     """``HH:MM:SS.mmm  EVENT    key  summary``."""
-    stamp = time.strftime("%H:%M:%S", time.localtime(now)) + f".{int(now * 1000) % 1000:03d}"
+    stamp = clock_time(now)
     name = EVENT_NAMES[type(event).__name__]
     if isinstance(event, ds.Added):
         key, text = store_key(event.instance.id()), summary(event.instance)

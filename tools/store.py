@@ -7,6 +7,7 @@ import importlib
 import os
 import sys
 import urllib.parse
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -111,14 +112,21 @@ def announce_store(url: str | None) -> None:
         print(f"store: {store_name(None)}", file=sys.stderr, flush=True)
 
 
-def open_store(args: argparse.Namespace, *, read_only: bool, announce: bool = True) -> ds.Discovery:
+def open_store(
+    args: argparse.Namespace, *, read_only: bool, announce: bool = True, must_exist: bool = True
+) -> ds.Discovery:
     """A client of ``--url`` whose waits are bounded by ``--timeout`` (options written in the URL
     win); ``read_only``: one that never writes (no lease, no resource, no store directory).
     ``announce``: say which store the environment chose (:func:`announce_store`), unless the
-    command shows it in a header of its own."""
+    command shows it in a header of its own. ``must_exist``: a file store that does not exist is
+    BackendUnavailable, before anything is created (:func:`missing_file_store`): a mistyped path
+    is no empty store. Only commands that write records (register) or report on the store
+    themselves (doctor) do without."""
     url: str | None = args.url
     if announce:
         announce_store(url)
+    if must_exist and (missing := missing_file_store(url)) is not None:
+        raise ds.BackendUnavailable(missing)
     try:
         given = {name for name, _ in urllib.parse.parse_qsl(urllib.parse.urlsplit(url or "").query)}
     except ValueError:  # connect() says what is wrong with the URL
@@ -130,6 +138,54 @@ def open_store(args: argparse.Namespace, *, read_only: bool, announce: bool = Tr
         options["read_only"] = True
     with waiting(f"connecting to {store_name(url)}"):
         return ds.connect(url, **options)
+
+
+def file_store_root(url: str | None) -> Path | None:
+    """The root directory of the file store ``url`` names (None: the environment's store), as
+    connect() resolves it; None when it is no file store, or connect() would refuse the URL."""
+    try:
+        parts = urllib.parse.urlsplit(url if url is not None else ds.default_url())
+    except (ValueError, ds.DiscoveryError):  # connect() says what is wrong
+        return None
+    if parts.scheme != "file" or parts.netloc not in ("", "localhost"):
+        return None
+    path = urllib.parse.unquote(parts.path, errors="surrogateescape")  # as connect() reads it
+    if path:
+        return Path(path)
+    layout: Any = importlib.import_module("discovery_sync.backends.file.layout")
+    try:
+        return Path(layout.default_root())
+    except ds.DiscoveryError:  # a DYN_FILE_KV that is no path: connect() says what is wrong
+        return None
+
+
+def missing_file_store(url: str | None) -> str | None:
+    """What to say when ``url`` (None: the environment's store) is a file store whose root holds
+    no bucket directory (``v1/...``): the root does not exist (a mistyped path, say), or it is a
+    directory no writer ever used. Writers create every bucket when they connect, so a store
+    that was used has them. None when it has one, is no file store, or cannot be looked at (the
+    client says why)."""
+    root = file_store_root(url)
+    if root is None:
+        return None
+    for kind in ds.RecordKind:
+        try:
+            os.stat(root / kind.bucket)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except (OSError, ValueError):  # refused, or a path the OS cannot take: connecting says so
+            return None
+        return None
+    source = "" if url is not None else f" ({environment_store()[1]})"
+    if os.path.isdir(root):
+        what = f"no file store at {root}{source}: the directory holds no bucket (v1/...)"
+    else:
+        what = f"the file store {root}{source} does not exist"
+    return (
+        f"{what}: nothing was ever registered there. Check the path "
+        "(--url, or DYN_FILE_KV when the URL names none) against the writers'; a writer creates the "
+        "store when it connects (a worker, or 'discovery-sync register SPEC')"
+    )
 
 
 # -- kinds and queries -------------------------------------------------------------------------------

@@ -130,6 +130,7 @@ def test_register_refuses_bad_specs_with_a_clear_message(url, tmp_path):
 
 
 def test_watch_with_an_idle_timeout_ends_by_itself(url):
+    ds.connect(url).shutdown()  # a writer creates the store: a watch of a store that does not exist fails
     result = cli("watch", "--kind", "event_sources", "--idle-timeout", "0.5", "-o", "json", url=url)
     assert result.returncode == 0
     assert lines(result.stdout) == [{"event": "Resync", "instances": []}]

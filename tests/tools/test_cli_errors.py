@@ -20,6 +20,8 @@ import orjson
 import pytest
 from discovery_sync.tools import cli, commands
 
+import discovery_sync as ds
+
 ENDPOINT = {"type": "Endpoint", "namespace": "ns", "component": "backend", "endpoint": "e", "transport": {"tcp": "x"}}
 
 
@@ -231,6 +233,7 @@ def default_sigint() -> None:
 
 
 def test_ctrl_c_ends_a_watch_with_130_and_no_traceback(url):
+    ds.connect(url).shutdown()  # a writer creates the store: a watch of a store that does not exist fails
     watch = subprocess.Popen(
         command(url, "watch", "-o", "json"),
         stdout=subprocess.PIPE,
