@@ -14,6 +14,16 @@ class ValidationError(DiscoveryError, ValueError):
     """
 
 
+class UnknownRecordType(ValidationError):
+    """A stored record whose ``type`` names a kind this version does not know (a newer runtime's,
+    such as a Velo peer): readers skip it quietly (:mod:`discovery_sync.unknown_kinds`), unlike a
+    malformed record of a known kind. ``type_name`` is the type it names."""
+
+    def __init__(self, type_name: str, message: str) -> None:
+        super().__init__(message)
+        self.type_name = type_name
+
+
 class ConflictError(DiscoveryError):
     """A registration that contradicts what is already stored (another model on the
     endpoint, a changed event-source descriptor). The stored record is kept."""

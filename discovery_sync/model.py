@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 import orjson
 
 from . import typed_cards
-from .errors import ValidationError
+from .errors import UnknownRecordType, ValidationError
 from .identity import (
     EndpointInstanceId,
     EventChannelInstanceId,
@@ -277,7 +277,8 @@ _TYPES: dict[str, type[Endpoint] | type[Model] | type[EventChannel] | type[Event
 
 
 def instance_from_dict(data: Any) -> DiscoveryInstance:
-    """Build an instance from its parsed JSON; ValidationError when it is not a valid record, or
+    """Build an instance from its parsed JSON; ValidationError when it is not a valid record
+    (UnknownRecordType when its ``type`` names a kind this version does not know), or
     not JSON that ``register()`` would store: nested deeper than
     :data:`~discovery_sync.jsonsafe.MAX_DEPTH` (the test :func:`instance_from_json` runs on a
     record's bytes), or holding something orjson cannot serialise."""
@@ -291,7 +292,8 @@ def instance_from_dict(data: Any) -> DiscoveryInstance:
 
 
 def instance_from_json(raw: bytes | str) -> DiscoveryInstance:
-    """Parse the stored JSON of one record. ValidationError when it is not a valid record, or
+    """Parse the stored JSON of one record. ValidationError when it is not a valid record
+    (UnknownRecordType, a subclass, when its ``type`` names a kind this version does not know), or
     not one ``register()`` would store: the same depth test as ``register()``'s
     (:func:`discovery_sync.jsonsafe.too_deep`), so readers skip what writers refuse. orjson's
     parse can return nothing else ``register()`` refuses (see :mod:`discovery_sync.jsonsafe`)."""
@@ -313,7 +315,10 @@ def _from_parsed(data: Any) -> DiscoveryInstance:
     tag = require(data, "type", "discovery instance")
     cls = _TYPES.get(tag) if isinstance(tag, str) else None
     if cls is None:
-        raise ValidationError(f"unknown instance type {tag!r}: expected one of {', '.join(_TYPES)}")
+        message = f"unknown instance type {tag!r}: expected one of {', '.join(_TYPES)}"
+        if isinstance(tag, str) and tag:  # a kind of a newer runtime: skipped quietly (decisions)
+            raise UnknownRecordType(tag, message)
+        raise ValidationError(message)
     return cls.from_dict(data)
 
 

@@ -125,10 +125,12 @@ class LogCatcher(logging.Handler):
     def __init__(self, level: int = logging.WARNING) -> None:
         super().__init__(level)
         self.messages: list[str] = []
+        self.levels: list[int] = []  # the level of each message
         self._changed = threading.Condition()
 
     def emit(self, record: logging.LogRecord) -> None:
         with self._changed:
+            self.levels.append(record.levelno)
             self.messages.append(record.getMessage())
             self._changed.notify_all()
 

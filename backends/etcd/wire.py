@@ -41,9 +41,11 @@ from typing import Any, TypeVar
 import requests
 import urllib3
 
-from discovery_sync.errors import BackendUnavailable, DiscoveryError, ValidationError
+from discovery_sync.errors import BackendUnavailable, DiscoveryError, UnknownRecordType, ValidationError
+from discovery_sync.identity import RecordKind
 from discovery_sync.model import DiscoveryInstance, instance_from_json
 from discovery_sync.ndjson import split_lines
+from discovery_sync.unknown_kinds import skip_unknown
 
 from .deadlines import MIN_PATIENCE, Patience
 from .members import Members
@@ -342,12 +344,26 @@ def abort_stream(response: requests.Response) -> None:
 
 
 def parse_value(kv: KeyValue) -> DiscoveryInstance | None:
-    """The record stored in ``kv``, or None (with a warning) when it is unreadable."""
+    """The record stored in ``kv``, or None when it is unreadable (with a warning) or of a type this
+    version does not know (a newer runtime's kind: said once, :mod:`discovery_sync.unknown_kinds`)."""
     try:
         return instance_from_json(kv.value)
+    except UnknownRecordType as exc:
+        key = kv.key.decode("utf-8", "replace")
+        skip_unknown(log, _bucket_of(key), key, exc)
+        return None
     except ValidationError as exc:
         log.warning("skipping unreadable record %s: %s", kv.key.decode("utf-8", "replace"), exc)
         return None
+
+
+def _bucket_of(key: str) -> str:
+    """The bucket prefix of a record key (``{root}v1/instances``), or the key when it holds none."""
+    for kind in RecordKind:
+        at = key.find(f"{kind.bucket}/")
+        if at >= 0:
+            return key[: at + len(kind.bucket)]
+    return key
 
 
 # -- why a request failed, in words ----------------------------------------------------------------

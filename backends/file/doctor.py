@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from discovery_sync.errors import ValidationError
+from discovery_sync.errors import UnknownRecordType, ValidationError
 from discovery_sync.identity import RecordKind
 
 from .directory import SymlinkRefused, listing, open_below
@@ -157,7 +157,8 @@ def _diagnose_bucket(
     kind: RecordKind, dir_fd: int, directory: Path, ttl: float, max_record_bytes: int, problems: list[str]
 ) -> dict[str, int]:
     counts = dict.fromkeys(
-        ("records", "unreadable", "not_touched_within_ttl", "temp_files", "hidden_files", "foreign"), 0
+        ("records", "unreadable", "unknown_type", "not_touched_within_ttl", "temp_files", "hidden_files", "foreign"),
+        0,
     )
     foreign: list[str] = []
     now = time.time()
@@ -190,7 +191,9 @@ def _diagnose_bucket(
             if now - st.st_mtime > ttl:
                 counts["not_touched_within_ttl"] += 1
             problem = _record_problem(dir_fd, name, kind, max_record_bytes)
-            if problem is not None:
+            if isinstance(problem, UnknownRecordType):  # a newer runtime's kind: counted, no problem
+                counts["unknown_type"] += 1
+            elif problem is not None:
                 counts["unreadable"] += 1
                 problems.append(f"unusable record {shown}: {problem}")
     for line in foreign[:MAX_LISTED_FOREIGN]:
@@ -200,8 +203,9 @@ def _diagnose_bucket(
     return counts
 
 
-def _record_problem(dir_fd: int, name: str, kind: RecordKind, max_record_bytes: int) -> str | None:
-    """Why the file ``name`` is not served as a record (None: it is)."""
+def _record_problem(dir_fd: int, name: str, kind: RecordKind, max_record_bytes: int) -> str | UnknownRecordType | None:
+    """Why the file ``name`` is not served as a record (None: it is); UnknownRecordType when it
+    holds a record of a type this version does not know (a newer runtime's: no problem)."""
     try:
         raw = read_file(dir_fd, name, max_record_bytes)
     except (OSError, RecordTooLarge) as exc:
@@ -210,6 +214,8 @@ def _record_problem(dir_fd: int, name: str, kind: RecordKind, max_record_bytes: 
         return "vanished or changed type while being read"
     try:
         record_from(raw, kind, name)
+    except UnknownRecordType as exc:
+        return exc
     except ValidationError as exc:
         return str(exc)
     return None

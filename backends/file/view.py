@@ -39,7 +39,9 @@ liveness rule, so they can be swept too.
 Whatever else is in the directory is judged by its name and type first (:mod:`.names`) and
 costs nothing after one warning: foreign names, non-regular files, files over the size bound,
 files this reader may not read, and records whose content names another identity than their
-file name are never published. No problem with one file ends a scan.
+file name are never published. No problem with one file ends a scan. A record of a type this
+version does not know (a newer runtime's kind) is skipped the same way but not warned about: the
+first of each type is said once at INFO (:mod:`discovery_sync.unknown_kinds`).
 """
 
 from __future__ import annotations
@@ -54,12 +56,13 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from discovery_sync.clock import SYSTEM, Clock
-from discovery_sync.errors import ValidationError
+from discovery_sync.errors import UnknownRecordType, ValidationError
 from discovery_sync.events import Added, DiscoveryEvent, Removed
 from discovery_sync.identity import RecordKind
 from discovery_sync.model import DiscoveryInstance
 from discovery_sync.queries import Query
 from discovery_sync.reconcile import Change, apply
+from discovery_sync.unknown_kinds import skip_unknown
 
 from .directory import DirectoryClosed, StoreDirectory
 from .liveness import Patience
@@ -527,6 +530,10 @@ class BucketView:
         self._changes += 1
         try:  # the name was checked when the last valid identity was read under it
             instance = record_from(raw, self.kind, name, known=old.id() if old is not None else None)
+        except UnknownRecordType as exc:  # a newer runtime's kind: no fault of the store, said once
+            entry.problem, entry.warned = str(exc), True
+            skip_unknown(log, self.kind.bucket, name, exc)
+            return
         except ValidationError as exc:
             entry.problem = str(exc)  # reported by warn_pending(), once it has settled
             self._unwarned.add(name)

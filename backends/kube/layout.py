@@ -12,9 +12,10 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from discovery_sync.errors import ValidationError
+from discovery_sync.errors import UnknownRecordType, ValidationError
 from discovery_sync.identity import RecordKind
 from discovery_sync.model import DiscoveryInstance, instance_from_dict
+from discovery_sync.unknown_kinds import skip_unknown
 
 from .identity import PodIdentity
 from .wire import API_VERSION, KIND
@@ -60,7 +61,10 @@ def parse_data(
     A map that is absent or null holds no records: server-side apply stores ``null`` for a map its
     manager emptied (``{}`` sent for a map it had filled; the next identical apply stores ``{}``),
     and the reference reads null as empty. A record that does not parse (or sits in the wrong
-    map) keeps its ``previous`` value, if any, and is skipped otherwise; unknown maps are ignored.
+    map) keeps its ``previous`` value, if any, and is skipped otherwise, with a warning; one of a
+    type this version does not know (a newer runtime's kind) likewise, said once at INFO
+    (:mod:`discovery_sync.unknown_kinds`). Maps of other names (a newer runtime's, such as
+    ``velo_peers``) are never read, whatever they hold.
     """
     if not isinstance(data, dict) or any(
         not isinstance(data.get(name, {}), (dict, type(None))) for name in MAPS.values()
@@ -70,22 +74,34 @@ def parse_data(
     for name, kind in _KINDS.items():
         for key, value in (data.get(name) or {}).items():
             slot = (name, key)
-            try:
-                record = instance_from_dict(value)
-                if record.kind is not kind:
-                    raise ValidationError(f"a {record.kind.value} record does not belong in {name}")
-            except ValidationError as exc:
-                kept = previous.get(slot)
-                log.warning(
-                    "%s: skipping unreadable %s record %r (%s)%s",
-                    where,
-                    name,
-                    key,
-                    exc,
-                    "; keeping its last valid value" if kept is not None else "",
-                )
-                if kept is not None:
-                    records[slot] = kept
-                continue
-            records[slot] = record
+            record = _record(value, kind, slot, where, kept=previous.get(slot) is not None)
+            if record is None:
+                record = previous.get(slot)
+            if record is not None:
+                records[slot] = record
     return records
+
+
+def _record(value: Any, kind: RecordKind, slot: Slot, where: str, *, kept: bool) -> DiscoveryInstance | None:
+    """The record stored at ``slot`` (map name, key), or None when it is not one of ``kind``
+    (said: a warning, or for an unknown type one INFO line per type). ``kept``: the slot's last
+    valid value stays (the warning says so)."""
+    name, key = slot
+    try:
+        record = instance_from_dict(value)
+        if record.kind is not kind:
+            raise ValidationError(f"a {record.kind.value} record does not belong in {name}")
+    except UnknownRecordType as exc:
+        skip_unknown(log, f"the {name} map of DynamoWorkerMetadata CRs", f"{where}: {key!r}", exc)
+        return None
+    except ValidationError as exc:
+        log.warning(
+            "%s: skipping unreadable %s record %r (%s)%s",
+            where,
+            name,
+            key,
+            exc,
+            "; keeping its last valid value" if kept else "",
+        )
+        return None
+    return record
