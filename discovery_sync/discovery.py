@@ -768,6 +768,23 @@ class Discovery(abc.ABC):
         raises is logged. ValidationError for a client without a logical id."""
         self._membership("on_replaced").on_replaced(callback)
 
+    def _taken_by_cohort(self, holder: str) -> None:
+        """A failover cohort claims this client's instance id as its logical id (``holder``: who):
+        the records under it are the cohort's now. This client, outside the cohort, keeps none of
+        them (it touches, writes back and deletes none) and is LOST for good."""
+        with self._api_lock:
+            taken = sorted(_describe(instance_id) for instance_id in self._owned)
+            self._owned.clear()
+        reason = f"its instance id {self.instance_id:x} was claimed as a failover cohort's logical id by {holder}"
+        if taken:
+            log.error(
+                "this client's %s: its records (%s) are the cohort's now and it keeps none of them; connect again "
+                "with another instance_id",
+                reason,
+                ", ".join(taken),
+            )
+        self._connection.lose(reason, final=True)
+
     def _membership(self, method: str) -> CohortMembership:
         if self._cohort is None:
             raise ValidationError(

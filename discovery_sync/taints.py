@@ -34,12 +34,18 @@ def taints_of(card: dict[str, Any]) -> tuple[str, ...]:
 
 
 def card_without_taints(card: dict[str, Any]) -> dict[str, Any]:
-    """The card with ``runtime_config.taints`` removed: what a taint update may not change."""
+    """The card with ``runtime_config.taints`` removed: what a taint update may not change. A
+    ``runtime_config`` left empty is left out (an absent one is the reference's default: the first
+    taints given to a card without one add nothing else)."""
     runtime_config = card.get("runtime_config")
-    if not isinstance(runtime_config, dict) or "taints" not in runtime_config:
+    if not isinstance(runtime_config, dict) or (runtime_config and "taints" not in runtime_config):
         return card
     stripped = dict(card)
-    stripped["runtime_config"] = {k: v for k, v in runtime_config.items() if k != "taints"}
+    rest = {k: v for k, v in runtime_config.items() if k != "taints"}
+    if rest:
+        stripped["runtime_config"] = rest
+    else:
+        del stripped["runtime_config"]
     return stripped
 
 
@@ -83,10 +89,15 @@ def check_caller_taints(taints: Iterable[str]) -> frozenset[str]:
 
 
 def with_taints(card: dict[str, Any], caller_taints: Iterable[str]) -> dict[str, Any]:
-    """A copy of ``card`` whose taints are the caller's plus the derived topology taints, sorted."""
-    runtime_config = card.get("runtime_config")
+    """A copy of ``card`` whose taints are the caller's plus the derived topology taints, sorted.
+    A card without ``runtime_config`` gets one holding the taints alone: the reference reads an
+    absent ``runtime_config`` as its default (no taints) and writes it back with them."""
+    runtime_config = card.get("runtime_config", {})
     if not isinstance(runtime_config, dict):
-        raise ValidationError("the model card has no runtime_config object, so it cannot carry taints")
+        raise ValidationError(
+            f"the model card's runtime_config is {type(runtime_config).__name__}, not an object, so it cannot "
+            "carry taints; register the card with an object there (or none)"
+        )
     taints = sorted(check_caller_taints(caller_taints) | topology_taints(card))
     updated = copy.copy(card)
     updated["runtime_config"] = {**runtime_config, "taints": taints}

@@ -23,7 +23,8 @@ _HEX_ID = re.compile(r"[0-9a-fA-F]{1,16}")
 MAX_CANDIDATES = 10  # an ambiguous id names this many of its records
 _BUCKETS = ", ".join(f"{kind.bucket}/" for kind in ds.RecordKind)
 _FORMS = (
-    "give the ID that 'discovery-sync list' shows (16 hex digits, or enough of them to be unique), "
+    "give the ID that 'discovery-sync list' shows (hex as store keys hold it, or enough of its first digits "
+    "to be unique), "
     f"ns/component/endpoint/ID, or a store key (starting with one of {_BUCKETS}) as 'list -o wide' shows it"
 )
 _NAMED_KINDS = (ds.RecordKind.ENDPOINT, ds.RecordKind.MODEL)  # their id paths start ns/component/endpoint

@@ -55,7 +55,7 @@ from discovery_sync.periodic import PeriodicThread
 from discovery_sync.queries import Query
 from discovery_sync.watch import WatchFeed
 
-from .cohort import CohortFence
+from .cohort import CohortFence, OutsideCohorts
 from .doctor import diagnose_store
 from .failover import FileFailoverLock
 from .garbage import GarbageCollector, Removals
@@ -74,7 +74,7 @@ from .sight import Sight
 from .softlock import DEFAULT_STALE_AFTER
 from .sweep import Sweeper
 from .timing import timing
-from .view import DEEP, BucketView, Touched, bucket_views
+from .view import DEEP, BucketView, bucket_views
 from .watcher import DirectoryNotifier, StoreWatcher
 from .wire import DEFAULT_MAX_RECORD_BYTES, refresh_listing
 
@@ -191,6 +191,8 @@ class FileDiscovery(Discovery):
         self._dirs = StoreDirectories(self.layout, read_only=self.read_only)
         self._dirs.open(option["permissions"])
         self._buckets, self._lock_dir = self._dirs.buckets, self._dirs.lock_dir
+        outside = OutsideCohorts(self._lock_dir, self._instance_id, self._taken_by_cohort)
+        self._outside = outside if self._cohort is None and not self.read_only else None
         self._feeds = FeedSet()
         self._views = bucket_views(
             self._buckets, self.dead_after, settle=self.cache_window, max_record_bytes=self.max_record_bytes,
@@ -239,7 +241,8 @@ class FileDiscovery(Discovery):
             self.layout.root, self._views, self._feeds, timing=t,
             schedule=RescanSchedule(t, polling=self._notifier.kind == "polling", clock=clock),
             grace=notice_grace(self._notifier.kind, self._poll_interval), watcher=self._watcher, sight=sight,
-            sweeper=sweeper, removals=removals, owned=self._owned_by_kind, touched=self._touched,
+            sweeper=sweeper, removals=removals, owned=lambda: self._own.by_kind(self._owned_now()),
+            touched=lambda owned: self._own.touched(owned, self._liveness.beaten_at),
             restore=self._restore_replaced, read_only=self.read_only, on_crash=self._thread_crashed,
             report=self._link.scanned, progress=self._link.timing_changed, clock=clock,
         )  # fmt: skip
@@ -272,6 +275,8 @@ class FileDiscovery(Discovery):
 
     def _create(self, instance: DiscoveryInstance) -> DiscoveryInstance | None:
         instance_id = instance.id()
+        if self._outside is not None:
+            self._outside.check()
         if self._own.write(instance, create_only=True):
             return None
         existing, problem = self._dirs.read(instance_id, self.layout.file_name(instance_id), self.max_record_bytes)
@@ -411,15 +416,9 @@ class FileDiscovery(Discovery):
         # dict() copies atomically under the GIL, without waiting for a long API call's lock
         return dict(self._owned)
 
-    def _owned_by_kind(self) -> dict[RecordKind, dict[DiscoveryInstanceId, str]]:
-        return self._own.by_kind(self._owned_now())
-
     def _owned_names(self, kind: RecordKind) -> frozenset[str]:
         names = self._own.names
         return frozenset(names(i) for i in self._owned_now() if i.kind is kind)
-
-    def _touched(self, owned: Owned) -> Touched | None:
-        return self._own.touched(owned, self._liveness.beaten_at)
 
     def _write_back(self, instance: DiscoveryInstance) -> bool:
         """Write a record of this client whose file is gone again (unless it was unregistered
@@ -448,9 +447,9 @@ class FileDiscovery(Discovery):
 
     def _while_current(self, instance_id: DiscoveryInstanceId, action: Callable[[], T]) -> T | None:
         """``action()``; for a cohort member, under the store lock and only while no successor took
-        ``instance_id`` over (else None)."""
+        ``instance_id`` over; for another client, only while no cohort claims its id (else None)."""
         if self._fence_check is None:
-            return action()
+            return action() if self._outside is None or self._outside.allows() else None
         with self._record_lock(instance_id):
             return action() if self._fence_check.still_current(instance_id) else None
 

@@ -24,7 +24,7 @@ import orjson
 
 from discovery_sync.clock import SYSTEM, Clock
 from discovery_sync.cohort import CohortMembership
-from discovery_sync.errors import ValidationError
+from discovery_sync.errors import ConflictError, ValidationError
 from discovery_sync.identity import DiscoveryInstanceId
 
 from .directory import StoreDirectory
@@ -164,4 +164,46 @@ class CohortFence:
             except (OSError, RecordTooLarge, ValidationError):
                 return True  # not a record: nobody's takeover
         self._fence(f"a process of uid {st.st_uid}", f"its record {directory.path / name}")
+        return False
+
+
+class OutsideCohorts:
+    """The guard of a client outside any failover cohort whose instance id a cohort claims as its
+    logical id (a collision, issue 38: the client had taken the cohort's record over, the member
+    ended fenced and readers saw the client's address). The cohort owns its logical id: such a
+    client may register nothing under it (:meth:`check`), and once a member claimed it, the client
+    writes nothing back (:meth:`allows`, False) and gives its records up (``on_taken(holder)``)."""
+
+    def __init__(self, lock_dir: StoreDirectory, instance_id: int, on_taken: Callable[[str], None]) -> None:
+        self._lock_dir = lock_dir
+        self._instance_id = instance_id
+        self._name = claim_name(instance_id)
+        self._on_taken = on_taken
+
+    def holder(self) -> str | None:
+        """Who claims this client's instance id as a cohort's logical id (None: nobody)."""
+        try:
+            with self._lock_dir.use() as dir_fd:
+                claim = read_claim(dir_fd, self._name)
+        except OSError as exc:
+            raise storage_error(exc, f"cannot read {self._lock_dir.path / self._name}") from exc
+        return None if claim is None else f"{claim.describe()} (its claim {self._lock_dir.path / self._name})"
+
+    def check(self) -> None:
+        """ConflictError when a cohort claims this client's instance id."""
+        holder = self.holder()
+        if holder is not None:
+            raise ConflictError(
+                f"instance id {self._instance_id:x} is the logical id of a failover cohort, claimed by {holder}: "
+                "a client outside the cohort may not write under it (it would replace the cohort's records); "
+                f"connect with another instance_id, or join the cohort (logical_instance_id={self._instance_id})"
+            )
+
+    def allows(self) -> bool:
+        """Whether this client may still write back its records (no cohort claims its id); when one
+        does, ``on_taken(holder)`` is called and False returned."""
+        holder = self.holder()
+        if holder is None:
+            return True
+        self._on_taken(holder)
         return False

@@ -94,3 +94,18 @@ def test_unregistered_models_free_their_endpoint(rig):
     with second.list_and_watch(ds.Query.models()) as watch:
         _, resync = initial_state(watch)
         assert resync.instances == (replacement,)
+
+
+def test_a_card_registered_without_runtime_config_takes_taints_as_the_reference_writes_them(rig):
+    """Issue 38: README's own example card ({"display_name": ...} alone) could not take taints.
+    The reference reads an absent runtime_config as its default (no taints): the update gives the
+    card a runtime_config holding the taints, and every reader sees them."""
+    owner, watcher = rig.client(), rig.client()
+    model = owner.register(ds.ModelSpec("ns", "backend", "generate", {"display_name": "llama"}))
+    assert "runtime_config" not in model.card_json
+    with watcher.list_and_watch(ds.Query.models("ns")) as watch:
+        initial_state(watch)
+        updated = owner.update_model_taints(model.id(), {"gpu=a100"})
+        assert updated.card_json == {"display_name": "llama", "runtime_config": {"taints": ["gpu=a100"]}}
+        assert next_event(watch, rig.event_timeout) == ds.ModelTaintsUpdated(model.id(), ("gpu=a100",))
+    assert watcher.list(ds.Query.models())[0] == updated

@@ -4,7 +4,9 @@ The contract suite (tests/contract/test_cohorts.py) covers what every backend sh
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import queue
 import os
 import threading
 
@@ -15,7 +17,7 @@ from discovery_sync.backends.file.names import record_name
 from discovery_sync.backends.file.wire import touch_written
 
 import discovery_sync as ds
-from testrigs.helpers import assert_quiet, endpoint_spec, initial_state, model_spec, next_event
+from testrigs.helpers import assert_quiet, caught_logs, endpoint_spec, initial_state, model_spec, next_event
 from tests.file.junk import make_fifo
 
 LOGICAL_ID = 0xC0FFEE
@@ -193,3 +195,51 @@ def test_status_says_a_member_was_replaced(store, clients):
     assert primary.wait_replaced(timeout=HEARTBEATS)
     status = primary.status()
     assert status["replaced"].startswith("replaced by pid ") and status["records"] == 0
+
+
+# -- a client outside the cohort whose instance id is the cohort's logical id (issue 38) ------------
+def _states(client: ds.Discovery) -> "queue.Queue[ds.StateChange]":
+    changes: queue.Queue[ds.StateChange] = queue.Queue()
+    client.add_state_listener(changes.put)
+    return changes
+
+
+def test_a_cohort_takes_its_id_from_a_plain_client_that_used_it_first(store, clients):
+    """Before: the plain client wrote its record back over the member's, the member ended fenced
+    and LOST, and readers saw the plain client's address. The cohort owns its logical id."""
+    errors = contextlib.ExitStack()
+    logged = errors.enter_context(caught_logs("discovery_sync.discovery"))
+    plain = clients(instance_id=LOGICAL_ID)
+    plain_states = _states(plain)
+    planted = plain.register(endpoint_spec(port=1))
+    watch = clients().list_and_watch(ds.Query.endpoints())
+    initial_state(watch)
+    member = clients(logical_instance_id=LOGICAL_ID)
+    member_states = _states(member)
+    taken = member.register(endpoint_spec(port=2))
+    assert next_event(watch) == ds.Added(taken)
+    change = plain_states.get(timeout=HEARTBEATS * 4)  # its next rescan finds the claim
+    assert change.state is ds.ConnectionState.LOST
+    assert f"claimed as a failover cohort's logical id by pid {os.getpid()}" in change.reason
+    assert logged.count("are the cohort's now and it keeps none of them", 1) == 1
+    errors.close()
+    assert_quiet(watch, HEARTBEATS)  # nothing written back over the member's record
+    assert member_states.empty() and member.state is ds.ConnectionState.CONNECTED
+    plain.shutdown()  # deletes nothing of the cohort's
+    assert member.list(ds.Query.endpoints()) == [taken] and planted.id() == taken.id()
+    with pytest.raises(ds.ConflictError, match="failover cohort"):
+        clients(instance_id=LOGICAL_ID).register(endpoint_spec(port=3))
+
+
+def test_a_plain_client_may_not_register_under_a_claimed_logical_id(store, clients):
+    member = clients(logical_instance_id=LOGICAL_ID)
+    kept = member.register(endpoint_spec(port=1))
+    plain = clients(instance_id=LOGICAL_ID)
+    with pytest.raises(ds.ConflictError) as refused:
+        plain.register(endpoint_spec(port=2))
+    message = str(refused.value)
+    assert f"instance id {LOGICAL_ID:x} is the logical id of a failover cohort" in message
+    assert str(store / ".locks" / claim_name(LOGICAL_ID)) in message
+    assert "connect with another instance_id, or join the cohort" in message
+    assert plain.list(ds.Query.endpoints()) == [kept]
+    assert member.state is ds.ConnectionState.CONNECTED

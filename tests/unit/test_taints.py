@@ -101,9 +101,19 @@ def test_with_taints_does_not_modify_its_input():
     assert updated["display_name"] == original["display_name"]
 
 
-def test_with_taints_needs_a_runtime_config():
-    with pytest.raises(ValidationError):
-        with_taints(card(), ["gpu"])
+def test_a_card_without_runtime_config_gets_one_holding_the_taints_as_the_reference_writes_it():
+    """Issue 38: README's own example card has no runtime_config, and update_model_taints raised.
+    The reference reads an absent runtime_config as its default (serde default: no taints)."""
+    original = card()
+    assert "runtime_config" not in original
+    assert with_taints(original, ["gpu", "a"])["runtime_config"] == {"taints": ["a", "gpu"]}
+    assert "runtime_config" not in original
+
+
+@pytest.mark.parametrize("runtime_config", [None, "fast", ["taints"], 3])
+def test_with_taints_refuses_a_runtime_config_that_is_not_an_object(runtime_config):
+    with pytest.raises(ValidationError, match=r"runtime_config is .*not an object"):
+        with_taints({**card(), "runtime_config": runtime_config}, ["gpu"])
 
 
 def test_with_taints_refuses_reserved_caller_taints():
