@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import queue
 import os
+import queue
 import threading
 
 import orjson
@@ -198,7 +198,7 @@ def test_status_says_a_member_was_replaced(store, clients):
 
 
 # -- a client outside the cohort whose instance id is the cohort's logical id (issue 38) ------------
-def _states(client: ds.Discovery) -> "queue.Queue[ds.StateChange]":
+def _states(client: ds.Discovery) -> queue.Queue[ds.StateChange]:
     changes: queue.Queue[ds.StateChange] = queue.Queue()
     client.add_state_listener(changes.put)
     return changes

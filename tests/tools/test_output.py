@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import types
 from collections.abc import Callable
 
 import pytest
 import yaml
 from discovery_sync.tools import output, store
-from discovery_sync.tools.commands import _draw, doctor_lines
+from discovery_sync.tools.commands import _LiveTable, doctor_lines
 
 import discovery_sync as ds
 
@@ -214,6 +215,13 @@ def test_a_json_record_gives_its_id_as_the_table_shows_it_beside_the_number(reco
     assert list(exact) == [*keys[:at], field + "_hex", *keys[at:]]  # right after the number
 
 
+def _live_table(printer: output.Printer, *records: ds.DiscoveryInstance) -> _LiveTable:
+    """What ``watch --live`` draws, over a view holding ``records`` at version 3."""
+    table = _LiveTable(printer, redraw=False, title="t")
+    table.view = types.SimpleNamespace(version=3, snapshot=lambda: {r.id(): r for r in records})  # type: ignore[assignment]
+    return table
+
+
 def test_watch_documents_give_the_ids_as_text_too():
     endpoint, model = BIG_RECORDS[:2]
     events = [ds.Added(endpoint), ds.Resync((endpoint, model)), ds.Removed(endpoint.id())]
@@ -221,7 +229,7 @@ def test_watch_documents_give_the_ids_as_text_too():
     assert added["instance"]["instance_id_hex"] == "1000000000000001"
     assert [i["instance_id_hex"] for i in resync["instances"]] == ["1000000000000001"] * 2
     assert removed == {"event": "Removed", "id": {"kind": "endpoint", "path": "ns/backend/generate/1000000000000001"}}
-    (live,) = json_lines(lambda p: _draw(p, [endpoint], 3, redraw=False, title="t"))
+    (live,) = json_lines(lambda p: _live_table(p, endpoint).draw())
     assert as_jq_1_6_reads_it(live)["instances"][0]["instance_id_hex"] == "1000000000000001"
 
 
