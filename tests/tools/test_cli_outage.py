@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 import pytest
 from discovery_sync.tools import cli
+from discovery_sync.tools.output import record_document
 
 import discovery_sync as ds
 from testrigs.etcd_server import EtcdServer
@@ -59,6 +60,16 @@ class Lines:
             taken.append(line)
             if re.search(wanted, line):
                 return taken
+
+    def until_all(self, *wanted: str) -> list[str]:
+        """The lines read until each of the regular expressions ``wanted`` matched one, in any
+        order (the state thread and the watch's thread print independently)."""
+        taken: list[str] = []
+        left = list(wanted)
+        while left:
+            taken += self.until("|".join(f"(?:{pattern})" for pattern in left))
+            left = [pattern for pattern in left if not re.search(pattern, taken[-1])]
+        return taken
 
 
 @pytest.fixture
@@ -117,13 +128,14 @@ def test_an_etcd_outage_is_shown_as_state_lines_and_nothing_that_did_not_change_
         proxy.cut()
         suspended = lines.until(_state(state, "suspended"))
         proxy.restore()
-        during = suspended + lines.until(_state(state, "reconnected"))
-        if fmt != "live-json":  # the watch's resync after the outage: the complete set, and nothing else
-            during += lines.until(initial)
+        # the watch's resync after the outage (the complete set, and nothing else) and the state
+        # line come from two threads: in either order
+        after = [_state(state, "reconnected")] + ([initial] if fmt != "live-json" else [])
+        during = suspended + lines.until_all(*after)
         assert not [line for line in during if re.search(record_change, line)], during
-        shown = lines.seen[-1]
         if fmt == "json":
-            assert orjson.loads(shown) == {"event": "Resync", "instances": [endpoint.to_dict()]}
+            resync = [line for line in during if line.startswith('{"event":"Resync"')][-1]
+            assert orjson.loads(resync) == {"event": "Resync", "instances": [record_document(endpoint)]}
             documents = [orjson.loads(line) for line in during if line.startswith('{"state"')]
             assert [d["state"] for d in documents] == ["suspended", "reconnected"]
             assert documents[0]["previous"] == "connected" and "etcd" in documents[0]["reason"]
