@@ -55,14 +55,15 @@ import gc
 import json
 import os
 import platform
-import statistics
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from benchmarks.child import Child
+from benchmarks.file_reads import _summary, _timed
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 ENDPOINT = ("refns", "worker", "generate")
@@ -93,25 +94,6 @@ def _b64(data: str | bytes) -> str:
 def _settled_rss_bytes() -> int:
     gc.collect()
     return _rss_bytes()
-
-
-def _timed(action: Any) -> tuple[float, float, Any]:
-    """Wall and CPU milliseconds of one call, and its result."""
-    wall, cpu = time.perf_counter(), time.process_time()
-    result = action()
-    return (time.perf_counter() - wall) * 1000, (time.process_time() - cpu) * 1000, result
-
-
-def _summary(samples: list[tuple[float, float]], records: int) -> dict[str, float]:
-    walls = [wall for wall, _ in samples]
-    wall = statistics.median(walls)
-    return {
-        "wall_ms": round(wall, 2),
-        "cpu_ms": round(statistics.median(cpu for _, cpu in samples), 2),
-        "wall_min_ms": round(min(walls), 2),
-        "wall_max_ms": round(max(walls), 2),
-        "us_per_record": round(wall * 1000 / records, 2),
-    }
 
 
 # -- the child processes ---------------------------------------------------------------------------
@@ -266,47 +248,9 @@ def child(argv: list[str]) -> None:
 
 
 # -- the parent ------------------------------------------------------------------------------------
-class Child:
-    """One of our clients in a process of its own, driven by JSON lines."""
-
-    def __init__(self, role: str, *arguments: str) -> None:
-        self.role = role
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.etcd_scale", "--child", role, *arguments],
-            cwd=REPOSITORY,
-            env={**os.environ, "PYTHONPATH": str(REPOSITORY)},
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-
-    def send(self, **command: Any) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.write(json.dumps(command) + "\n")
-        self.process.stdin.flush()
-
-    def receive(self) -> dict[str, Any]:
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        if not line:
-            raise RuntimeError(f"the {self.role} exited ({self.process.wait()})")
-        reply: dict[str, Any] = json.loads(line)
-        return reply
-
-    def call(self, **command: Any) -> dict[str, Any]:
-        self.send(**command)
-        return self.receive()
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            try:
-                self.send(cmd="stop")
-                self.process.wait(30)
-            except (OSError, subprocess.TimeoutExpired):
-                self.process.kill()
-                self.process.wait()
-        if self.process.returncode:
-            raise RuntimeError(f"the {self.role} failed ({self.process.returncode})")
+def _child(role: str, *arguments: str) -> Child:
+    """One of our clients in a process of its own (``stop(check=True)`` when done)."""
+    return Child("etcd_scale", role, [role, *arguments])
 
 
 def write_records(gateway_url: str, lease_id: int, records: int) -> dict[str, Any]:
@@ -382,7 +326,7 @@ def _idle(children: list[Child], peer: Any, window: float) -> dict[str, dict[str
 def _close(children: list[Child], peer: Any) -> None:
     """The watcher before the holder (whose lease takes the records with it), then the reference."""
     for one in reversed(children):
-        one.stop()
+        one.stop(check=True)
     if peer is not None:
         try:
             peer.shutdown()
@@ -401,12 +345,12 @@ def measure_size(records: int, args: argparse.Namespace) -> dict[str, Any]:
     children: list[Child] = []
     peer = None
     try:
-        children.append(Child("holder", url))
+        children.append(_child("holder", url))
         write = write_records(server.url, children[0].receive()["lease_id"], records)
-        lister = Child("lister", url, server.url, str(records), str(args.runs))
+        lister = _child("lister", url, server.url, str(records), str(args.runs))
         reads = lister.receive()
-        lister.stop()
-        children.append(Child("watcher", url, str(records)))
+        lister.stop(check=True)
+        children.append(_child("watcher", url, str(records)))
         watching = children[1].receive()
         if watching["seen"] != records:
             raise RuntimeError(f"the watcher saw {watching['seen']} records of {records}")

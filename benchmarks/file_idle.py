@@ -34,7 +34,6 @@ import json
 import os
 import platform
 import resource
-import subprocess
 import sys
 import tempfile
 import threading
@@ -43,6 +42,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from benchmarks.child import Child
 from benchmarks.file_memory import _git, _import_library
 
 REPOSITORY = Path(__file__).resolve().parent.parent
@@ -178,45 +178,9 @@ def child(argv: list[str]) -> None:
 
 
 # -- the parent ------------------------------------------------------------------------------------
-class Child:
+def start_child(role: str, store: Path, records: int, ttl: float, options: str, source: str = str(REPOSITORY)) -> Child:
     """A holder or a watcher in a process of its own, with the library of ``source`` (a checkout)."""
-
-    def __init__(
-        self, role: str, store: Path, records: int, ttl: float, options: str, source: str = str(REPOSITORY)
-    ) -> None:
-        env = {**os.environ, "PYTHONPATH": str(REPOSITORY)}  # this module; the library comes from ``source``
-        self.role = role
-        arguments = [role, str(store), str(records), str(ttl), options, source]
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.file_idle", "--child", *arguments],
-            cwd=REPOSITORY,
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-
-    def send(self, **command: Any) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.write(json.dumps(command) + "\n")
-        self.process.stdin.flush()
-
-    def receive(self) -> dict[str, Any]:
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        if not line:
-            raise RuntimeError(f"the {self.role} exited ({self.process.wait()})")
-        reply: dict[str, Any] = json.loads(line)
-        return reply
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.send(cmd="stop")
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+    return Child("file_idle", role, [role, str(store), str(records), str(ttl), options, source])
 
 
 def _reference_peer(store: Path) -> Any:
@@ -243,13 +207,13 @@ def run(
     with tempfile.TemporaryDirectory(prefix="ds-file-idle-") as tmp:
         store = Path(tmp) / "store"
         started = time.monotonic()
-        holder = Child("holder", store, records, ttl, options, source)
+        holder = start_child("holder", store, records, ttl, options, source)
         children = [holder]
         peer = None
         try:
             ready = {"holder": holder.receive()}
             registered_s = time.monotonic() - started
-            watcher = Child("watcher", store, records, ttl, options, source)
+            watcher = start_child("watcher", store, records, ttl, options, source)
             children.append(watcher)
             ready["watcher"] = watcher.receive()
             if ready["watcher"]["records"] != records:

@@ -31,7 +31,6 @@ import platform
 import resource
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -40,7 +39,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, TextIO
 
-REPOSITORY = Path(__file__).resolve().parent.parent
+from benchmarks.child import Child
 
 
 # -- the child processes ---------------------------------------------------------------------------
@@ -144,38 +143,20 @@ class _WatcherSide:
 
 
 # -- the parent --------------------------------------------------------------------------------------
-class _Process:
-    def __init__(self, role: str, store: Path, ttl: float, records: int, index: int) -> None:
-        command = [sys.executable, "-m", "benchmarks.fleet", "--child", role, "--store", str(store)]
-        command += ["--ttl", str(ttl), "--records", str(records), "--index", str(index)]
-        self.role, self.index = role, index
-        self.proc = subprocess.Popen(
-            command, cwd=REPOSITORY, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
-        )
-
-    def answer(self) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"{self.role} {self.index} ended (exit code {self.proc.wait()})")
-        answer: dict[str, Any] = json.loads(line)
-        return answer
-
-    def ask(self, **command: Any) -> dict[str, Any]:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(command) + "\n")
-        self.proc.stdin.flush()
-        return self.answer()
+def _start(role: str, store: Path, ttl: float, records: int, index: int) -> Child:
+    """A writer (``index``: its number) or the watcher, in a process of its own."""
+    options = ["--store", str(store), "--ttl", str(ttl), "--records", str(records), "--index", str(index)]
+    return Child("fleet", f"{role}{index if role == 'writer' else ''}", [role, *options])
 
 
-def _wait_removed(watcher: _Process, component: str, records: int, killed_at: float, timeout: float) -> dict[str, Any]:
+def _wait_removed(watcher: Child, component: str, records: int, killed_at: float, timeout: float) -> dict[str, Any]:
     """Ask the watcher until it saw ``records`` Removed of ``component`` (or ``timeout`` passed)."""
     removed: Counter[str] = Counter()
     other: dict[str, Any] = {"logged": [], "states": [], "events": Counter()}
     last = None
     deadline = time.monotonic() + timeout
     while True:
-        report = watcher.ask(do="report", component=component)
+        report = watcher.call(do="report", component=component)
         removed.update(report["removed_by_component"])
         other["logged"] += report["logged"]
         other["states"] += report["states"]
@@ -204,41 +185,38 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def _run(args: argparse.Namespace, store: Path) -> dict[str, Any]:
     began = time.monotonic()
-    writers = [_Process("writer", store, args.ttl, args.records, i) for i in range(args.writers)]
+    writers = [_start("writer", store, args.ttl, args.records, i) for i in range(args.writers)]
     try:
         for writer in writers:
-            writer.answer()
+            writer.receive()
         registered_s = time.monotonic() - began
-        watcher = _Process("watcher", store, args.ttl, args.writers * args.records, 0)
-        watcher.answer()
+        watcher = _start("watcher", store, args.ttl, args.writers * args.records, 0)
+        watcher.receive()
         return _phases(args, writers, watcher, registered_s)
     finally:
         for process in writers:
-            if process.proc.poll() is None:
-                process.proc.kill()
-            process.proc.wait()
+            if process.process.poll() is None:
+                process.process.kill()
+            process.process.wait()
 
 
-def _phases(
-    args: argparse.Namespace, writers: list[_Process], watcher: _Process, registered_s: float
-) -> dict[str, Any]:
+def _phases(args: argparse.Namespace, writers: list[Child], watcher: Child, registered_s: float) -> dict[str, Any]:
     everyone = [*writers, watcher]
-    start = {p.index if p.role == "writer" else -1: p.ask(do="report") for p in everyone}
+    start = {p.role: p.call(do="report") for p in everyone}
     time.sleep(args.idle)
     idle = {}
     for p in everyone:
-        report = p.ask(do="report")
-        key = f"{p.role}{p.index if p.role == 'writer' else ''}"
-        cpu = report.pop("cpu_s") - start[p.index if p.role == "writer" else -1]["cpu_s"]
-        idle[key] = {"percent_of_core": round(100 * cpu / args.idle, 2), **report}
+        report = p.call(do="report")
+        cpu = report.pop("cpu_s") - start[p.role]["cpu_s"]
+        idle[p.role] = {"percent_of_core": round(100 * cpu / args.idle, 2), **report}
     victim = writers[0]
     killed_at = time.time()
-    os.kill(victim.proc.pid, signal.SIGKILL)
-    victim.proc.wait()
-    kill = _wait_removed(watcher, f"writer{victim.index}", args.records, killed_at, args.kill_timeout)
-    kill["writers"] = {f"writer{p.index}": p.ask(do="report") for p in writers[1:]}
-    shutdown = {f"writer{p.index}": p.ask(do="shutdown") for p in writers[1:]}
-    shutdown["watcher"] = watcher.ask(do="shutdown")
+    os.kill(victim.process.pid, signal.SIGKILL)
+    victim.process.wait()
+    kill = _wait_removed(watcher, victim.role, args.records, killed_at, args.kill_timeout)
+    kill["writers"] = {p.role: p.call(do="report") for p in writers[1:]}
+    shutdown = {p.role: p.call(do="shutdown") for p in writers[1:]}
+    shutdown["watcher"] = watcher.call(do="shutdown")
     report = {"registered_s": round(registered_s, 2), "idle": idle, "kill": kill, "shutdown": shutdown}
     report["ok"] = _ok(report, args.records)
     return report

@@ -12,11 +12,11 @@ import logging
 import secrets
 from collections.abc import Iterator
 
-import orjson
 import pytest
 
 import discovery_sync as ds
-from testrigs.helpers import LogCatcher, assert_quiet, caught_logs, endpoint_spec, initial_state
+from testrigs.helpers import LogCatcher, assert_quiet, endpoint_spec, initial_state
+from tests.unknown_kinds import backend_logs, velo_record
 
 LOGGER = "discovery_sync.backends.etcd"
 
@@ -29,27 +29,8 @@ def url(etcd_server, prefix) -> str:
 @pytest.fixture
 def logs() -> Iterator[LogCatcher]:
     """Every line of the etcd backend at INFO and above."""
-    logger = logging.getLogger(LOGGER)
-    level = logger.level
-    logger.setLevel(logging.INFO)
-    try:
-        with caught_logs(LOGGER, logging.INFO) as catcher:
-            yield catcher
-    finally:
-        logger.setLevel(level)
-
-
-def velo_record(type_name: str, instance_id: int = 7) -> bytes:
-    """A record of a kind this version does not know, shaped as a newer runtime's would be."""
-    return orjson.dumps(
-        {
-            "type": type_name,
-            "namespace": "ns",
-            "component": "backend",
-            "instance_id": instance_id,
-            "peer_info": {"instance_id": "5f1c39a6-0d4e-4d8e-9a55-6c1f7d7c2b10", "worker_address": [1, 2, 3]},
-        }
-    )
+    with backend_logs(LOGGER) as catcher:
+        yield catcher
 
 
 def unknown_keys(client: ds.Discovery, type_name: str) -> dict[bytes, bytes]:

@@ -10,38 +10,19 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import orjson
 import pytest
 
 import discovery_sync as ds
-from testrigs.helpers import LogCatcher, assert_quiet, caught_logs, endpoint_spec, initial_state
+from testrigs.helpers import LogCatcher, assert_quiet, endpoint_spec, initial_state
+from tests.unknown_kinds import backend_logs, velo_record, velo_type
 
 TTL = 1.0  # the shortest TTL: collect_garbage() and dead records come quickly
 RESCAN = 0.1
 LONG_AGO = 1_000_000_000  # an mtime every reader judges dead
-
-
-def velo_type() -> str:
-    """A record type nobody knows, of this test alone (what is said once is said once per process)."""
-    return f"VeloPeer{secrets.token_hex(4)}"
-
-
-def velo_record(type_name: str, instance_id: int = 7) -> bytes:
-    """A record of a kind this version does not know, shaped as a newer runtime's would be."""
-    return orjson.dumps(
-        {
-            "type": type_name,
-            "namespace": "ns",
-            "component": "backend",
-            "instance_id": instance_id,
-            "peer_info": {"instance_id": "5f1c39a6-0d4e-4d8e-9a55-6c1f7d7c2b10", "worker_address": [1, 2, 3]},
-        }
-    )
 
 
 def plant_unknown_buckets(store: Path) -> list[Path]:
@@ -68,14 +49,8 @@ def plant_unknown_buckets(store: Path) -> list[Path]:
 @pytest.fixture
 def logs() -> Iterator[LogCatcher]:
     """Every line of the file backend at INFO and above."""
-    logger = logging.getLogger("discovery_sync.backends.file")
-    level = logger.level
-    logger.setLevel(logging.INFO)
-    try:
-        with caught_logs("discovery_sync.backends.file", logging.INFO) as catcher:
-            yield catcher
-    finally:
-        logger.setLevel(level)
+    with backend_logs("discovery_sync.backends.file") as catcher:
+        yield catcher
 
 
 def warnings_in(logs: LogCatcher, level: int = logging.WARNING) -> list[str]:

@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 
 import discovery_sync as ds
-from testrigs.helpers import LogCatcher, assert_quiet, caught_logs, endpoint_spec, initial_state, model_spec
+from testrigs.helpers import LogCatcher, assert_quiet, endpoint_spec, initial_state, model_spec
 from testrigs.kube_fake import WORKER_METADATA
+from tests.unknown_kinds import backend_logs, velo_peer
 
 LOGGER = "discovery_sync.backends.kube"
 QUIET = 0.5
@@ -27,25 +28,8 @@ QUIET = 0.5
 @pytest.fixture
 def logs() -> Iterator[LogCatcher]:
     """Every line of the kube backend at INFO and above."""
-    logger = logging.getLogger(LOGGER)
-    level = logger.level
-    logger.setLevel(logging.INFO)
-    try:
-        with caught_logs(LOGGER, logging.INFO) as catcher:
-            yield catcher
-    finally:
-        logger.setLevel(level)
-
-
-def velo_peer(type_name: str = "VeloPeer", instance_id: int = 7) -> dict[str, Any]:
-    """A record of a kind this version does not know, shaped as a newer runtime's would be."""
-    return {
-        "type": type_name,
-        "namespace": "ns",
-        "component": "backend",
-        "instance_id": instance_id,
-        "peer_info": {"instance_id": "5f1c39a6-0d4e-4d8e-9a55-6c1f7d7c2b10", "worker_address": [1, 2, 3]},
-    }
+    with backend_logs(LOGGER) as catcher:
+        yield catcher
 
 
 def unknown_maps(rounds: int) -> dict[str, Any]:
