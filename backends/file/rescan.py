@@ -126,6 +126,7 @@ class Rescans:
         self._report, self._progress = report, progress
         # rescans under way: thread ident -> when it began, and its stall bound for the files then
         self._scanning: dict[int, tuple[float, float]] = {}
+        self._answered_at = float("-inf")  # the store's last answer to a scan or sweep (progressed())
         self._usual = UsualDuration()  # of a rescan, on the clock: see stall_after
         # a read-only client saw a bucket directory (a store that vanishes after that is gone)
         self._seen_store = any(view.directory.is_open for view in views.values())
@@ -182,16 +183,15 @@ class Rescans:
         every rescan under way counts from now. A rescan that keeps getting answers (a sweep of
         10k dead records, a big store on a loaded machine), or that waits for a view another
         thread sweeps meanwhile, is slow, not stalled; a frozen mount answers nothing."""
-        if self._scanning:
-            now = self._clock.monotonic()
-            for ident, (_, bound) in list(self._scanning.items()):
-                self._scanning[ident] = (now, bound)
+        if self._scanning:  # one clock reading per answer: reads call this once a file
+            self._answered_at = self._clock.monotonic()
 
     @property
     def scanning_since(self) -> float | None:
         """When the oldest rescan under way began or last got an answer of the store (see
         :meth:`progressed`), on the clock (None: none is)."""
-        return min((began for began, _ in list(self._scanning.values())), default=None)
+        began = min((began for began, _ in list(self._scanning.values())), default=None)
+        return None if began is None else max(began, self._answered_at)
 
     @property
     def stall_after(self) -> float:
