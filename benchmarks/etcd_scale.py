@@ -306,21 +306,9 @@ def reference_sync(gateway_url: str, records: int, timeout: float) -> tuple[Any,
 
 def _idle(children: list[Child], peer: Any, window: float) -> dict[str, dict[str, Any]]:
     """CPU of each child and of the reference worker (when given) over the same ``window`` seconds."""
-    from benchmarks.file_idle import proc_cpu_seconds
+    from benchmarks.file_idle import measure_window
 
-    for one in children:
-        one.send(cmd="measure", window=window)
-    peer_start, peer_wall = (proc_cpu_seconds(peer.process.pid) if peer else 0.0), time.monotonic()
-    results = {one.role: one.receive() for one in children}
-    if peer is not None:
-        cpu, wall = proc_cpu_seconds(peer.process.pid) - peer_start, time.monotonic() - peer_wall
-        results["reference"] = {
-            "cpu_s": round(cpu, 6),
-            "window_s": round(wall, 3),
-            "percent_of_core": round(100 * cpu / wall, 3),
-            "measured": "process CPU clock of its pid",
-        }
-    return results
+    return measure_window(children, peer, percent_digits=3, window=window)
 
 
 def _close(children: list[Child], peer: Any) -> None:

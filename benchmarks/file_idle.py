@@ -183,6 +183,28 @@ def start_child(role: str, store: Path, records: int, ttl: float, options: str, 
     return Child("file_idle", role, [role, str(store), str(records), str(ttl), options, source])
 
 
+def measure_window(
+    children: list[Child], peer: Any, *, percent_digits: int, window: float, profile: str | None = None
+) -> dict[str, dict[str, Any]]:
+    """Each child's CPU over ``window`` seconds (``{"cmd": "measure"}``, with a sampled profile to
+    the directory ``profile``), by role, and, when ``peer`` (a reference worker) is given, its
+    process CPU clock over the same time, as ``reference`` (percent rounded to ``percent_digits``)."""
+    for one in children:
+        one.send(cmd="measure", window=window, profile=f"{profile}/{one.role}.json" if profile else None)
+    peer_start = proc_cpu_seconds(peer.process.pid) if peer else 0.0
+    peer_wall = time.monotonic()
+    results = {one.role: one.receive() for one in children}
+    if peer is not None:
+        cpu, wall = proc_cpu_seconds(peer.process.pid) - peer_start, time.monotonic() - peer_wall
+        results["reference"] = {
+            "cpu_s": round(cpu, 6),
+            "window_s": round(wall, 3),
+            "percent_of_core": round(100 * cpu / wall, percent_digits),
+            "measured": "process CPU clock of its pid",
+        }
+    return results
+
+
 def _reference_peer(store: Path) -> Any:
     sys.path.insert(0, str(REPOSITORY))
     from testrigs.reference import RustPeer
@@ -221,20 +243,9 @@ def run(
             if reference:
                 peer = _reference_peer(store)
             time.sleep(warmup)
-            for one in children:
-                one.send(cmd="measure", window=window, profile=f"{profile}/{one.role}.json" if profile else None)
-            peer_start = proc_cpu_seconds(peer.process.pid) if peer else 0.0
-            peer_wall = time.monotonic()
-            results = {one.role: one.receive() for one in children}
+            results = measure_window(children, peer, percent_digits=2, window=window, profile=profile)
             if peer is not None:
-                cpu, wall = proc_cpu_seconds(peer.process.pid) - peer_start, time.monotonic() - peer_wall
-                results["reference"] = {
-                    "cpu_s": round(cpu, 6),
-                    "window_s": round(wall, 3),
-                    "percent_of_core": round(100 * cpu / wall, 2),
-                    "measured": "process CPU clock of its pid",
-                    "serves": "1 endpoint, watches it",
-                }
+                results["reference"]["serves"] = "1 endpoint, watches it"
         finally:
             for one in children:
                 one.stop()
