@@ -47,6 +47,26 @@ class _Sentinel:
 _WAKE = _Sentinel("wake")
 
 
+class _InitialAdds:
+    """The Added events that start a watch, each made when the consumer takes it: a start of 50k
+    records does not keep 50k events alive at once for the garbage collector to trace."""
+
+    __slots__ = ("_next", "_records")
+
+    def __init__(self, records: tuple[DiscoveryInstance, ...]) -> None:
+        self._records = records
+        self._next = 0
+
+    def __len__(self) -> int:
+        """How many are still to be taken."""
+        return len(self._records) - self._next
+
+    def take(self) -> Added[DiscoveryInstance]:
+        event = Added(self._records[self._next])
+        self._next += 1
+        return event
+
+
 class WatchFeed(Generic[R]):
     """The producer side of one watch. Backends call its methods from their own threads.
 
@@ -58,7 +78,7 @@ class WatchFeed(Generic[R]):
         self._maxsize = max(1, maxsize)
         self._lock = threading.Lock()
         self._queue: queue.Queue[object] = queue.Queue()
-        self._pending: collections.deque[DiscoveryEvent] = collections.deque()
+        self._pending: collections.deque[DiscoveryEvent | _InitialAdds] = collections.deque()
         self._view: dict[DiscoveryInstanceId, DiscoveryInstance] = {}
         self._delivered: dict[DiscoveryInstanceId, DiscoveryInstance] = {}
         self._lagged = False
@@ -82,7 +102,8 @@ class WatchFeed(Generic[R]):
             self._view = dict(matching)
             self._delivered = dict(matching)
             records = ordered(matching.values())
-            self._pending.extend(Added(i) for i in records)
+            if records:
+                self._pending.append(_InitialAdds(records))
             self._pending.append(Resync(records))
             self._handed[_ADDED] += len(records)
             self._handed[_RESYNC] += 1
@@ -213,7 +234,7 @@ class WatchFeed(Generic[R]):
                 if self._closed:
                     raise WatchClosed(f"watch on {self.query} is closed")
                 if self._pending:
-                    return cast("WatchEvent[R]", self._pending.popleft())
+                    return cast("WatchEvent[R]", self._next_pending())
                 self._raise_if_failed()
             try:
                 item = self._queue.get(timeout=_remaining(deadline)) if deadline is not None else self._queue.get()
@@ -231,6 +252,16 @@ class WatchFeed(Generic[R]):
                 self._raise_if_failed()
             # a wake-up with nothing to do: loop and block again
 
+    def _next_pending(self) -> DiscoveryEvent:
+        """Take the first pending event (the lock held, something pending)."""
+        head = self._pending[0]
+        if type(head) is not _InitialAdds:
+            return self._pending.popleft()  # type: ignore[return-value]
+        event = head.take()
+        if not head:
+            self._pending.popleft()
+        return event
+
     def delivered(self) -> list[int]:
         """Events the consumer has taken, by kind (metrics, EVENT_KINDS' order): those handed to
         it less those still queued or pending. Read here, so that taking an event costs nothing
@@ -239,7 +270,9 @@ class WatchFeed(Generic[R]):
         with self._lock, self._queue.mutex:  # the consumer takes from the queue under its mutex
             delivered = list(self._handed)
             for event in (*self._queue.queue, *self._pending):
-                if event is not _WAKE:
+                if type(event) is _InitialAdds:
+                    delivered[_ADDED] -= len(event)
+                elif event is not _WAKE:
                     delivered[_KIND_INDEX[type(event)]] -= 1
         return delivered
 

@@ -84,6 +84,23 @@ def test_start_yields_one_added_per_matching_record_then_one_resync():
     assert drain(watch) == []
 
 
+def test_initial_events_taken_one_by_one_keep_their_order_and_count_as_delivered_when_taken():
+    records = [endpoint(i) for i in (3, 1, 2)]
+    feed, watch = open_watch()
+    feed.start(records)
+    assert feed.delivered() == [0, 0, 0, 0]  # all pending: none taken
+    first = watch.get(timeout=0)
+    assert isinstance(first, Added) and first.instance.id() == endpoint(1).id()
+    assert feed.delivered() == [1, 0, 0, 0]
+    feed.added(endpoint(4))  # a change queued meanwhile comes after the Resync
+    rest = drain(watch)
+    assert [type(e) for e in rest] == [Added, Added, Resync, Added]
+    assert [e.instance.instance_id for e in rest[:2]] == [2, 3]
+    assert rest[2].instances == tuple(sorted(records, key=lambda r: r.instance_id))
+    assert rest[3] == Added(endpoint(4))
+    assert feed.delivered() == [4, 0, 0, 1]
+
+
 def test_start_with_nothing_yields_an_empty_resync():
     feed, watch = open_watch()
     feed.start([])
