@@ -12,8 +12,9 @@ import contextlib
 import os
 import stat
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Protocol
 
 from .directory import listing
@@ -26,6 +27,10 @@ from .wire import stat_regular
 #: (ext3, HFS+) or two (FAT); others tick by the kernel's coarse clock (a jiffy, 1-10 ms)
 SETTLED_NS = 2_000_000_000
 FINE_SETTLED_NS = 100_000_000
+
+#: a survey tells that the store answered (``answered``) after every this many entries: a deep
+#: scan of 50k records on a loaded machine may take longer than a stall bound, yet answers all along
+ANSWERED_EVERY = 256
 
 DirState = tuple[int, int, int]  # a directory's (inode, mtime_ns, ctime_ns)
 _HELD = OwnerState.HELD
@@ -82,6 +87,7 @@ def survey(
     whole: bool,
     own: Mapping[str, int] | None = None,
     skip_held: bool = False,
+    answered: Callable[[], None] | None = None,
 ) -> Survey:
     """List the directory: regular files with record names (and the prefix). Known ones come with
     their stat; new ones are listed in ``unread``. ``own``: this client's files (name -> the inode
@@ -89,11 +95,15 @@ def survey(
     being stat-ed. ``skip_held``: neither is a known record whose owner holds its lock and whose
     listing shows the inode the view holds (the kernel says its writer lives: its mtime says
     nothing more). A ``whole`` survey also collects leftover files and foreign entries.
-    ``state`` is the directory's (:func:`dir_state`), taken after ``began_ns`` (:func:`now_ns`)."""
+    ``state`` is the directory's (:func:`dir_state`), taken after ``began_ns`` (:func:`now_ns`).
+    ``answered()`` is called after every ANSWERED_EVERY entries listed (the store answers)."""
     found = Survey(state, began_ns, whole)
     with listing(dir_fd) as entries:
-        for entry in entries:
-            _sort(found, entry, name_prefix, known, own, skip_held)
+        while batch := list(islice(entries, ANSWERED_EVERY)):
+            for entry in batch:
+                _sort(found, entry, name_prefix, known, own, skip_held)
+            if answered is not None:
+                answered()
     return found
 
 

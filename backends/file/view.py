@@ -332,7 +332,7 @@ class BucketView:
                 skip_held = full and not self.mtimes_needed
                 found = survey(
                     dir_fd, name_prefix, self._entries, state=state, began_ns=began_ns, whole=whole, own=own,
-                    skip_held=skip_held,
+                    skip_held=skip_held, answered=self.progress,
                 )  # fmt: skip
                 self.progress()
             except (FileNotFoundError, DirectoryClosed):

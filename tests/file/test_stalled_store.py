@@ -12,12 +12,14 @@ on a manual clock at the one place a real freeze blocks, and the rescans run on 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from discovery_sync.backends.file import survey as survey_module
 
 import discovery_sync as ds
 from discovery_sync.testing import ManualClock
@@ -230,3 +232,36 @@ def test_a_rescan_waiting_for_another_threads_sweep_is_not_stalled(tmp_path, clo
         release.set()
         rescanning.join(10)
         view._scan_directory = scan
+
+
+def test_a_deep_scan_whose_listing_answers_slowly_for_longer_than_the_bound_is_not_a_stall(
+    tmp_path, clock, reader, monkeypatch
+):
+    """Issue 37: a deep scan of a 50k-record store on a loaded machine was reported stalled: its
+    listing (a stat of every file) answered all along but told nobody until it ended. Here it
+    takes 1 ms of the clock an entry: 3 s for 3,000 files, over the 2 s bound of usual scans."""
+    files = 3000
+    store = tmp_path / "store"
+    written = [hand_written(store, f"e{i}", i + 1) for i in range(files)]
+    _watching(reader, *(record for record, _ in written))
+    _rescan(reader)  # a usual deep scan: instant on the clock, so the bound is its least, 2 s
+    link = reader._link  # type: ignore[attr-defined]
+    verdicts: list[str | None] = []
+    quick_listing = survey_module.listing
+
+    @contextlib.contextmanager
+    def slow_listing(dir_fd: int) -> Iterator[Iterator[Any]]:
+        with quick_listing(dir_fd) as entries:
+
+            def crawl() -> Iterator[Any]:
+                for entry in entries:
+                    clock.advance(0.001)
+                    verdicts.append(link._scan_stalled(clock.monotonic()))
+                    yield entry
+
+            yield crawl()
+
+    monkeypatch.setattr(survey_module, "listing", slow_listing)  # our own code's call, not a library's
+    _rescan(reader)
+    assert len(verdicts) >= files
+    assert set(verdicts) == {None}
