@@ -32,7 +32,6 @@ from dynamo.llm import (
     update_model_taints,
 )
 
-
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never a proxy
 
 

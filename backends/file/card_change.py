@@ -1,23 +1,27 @@
 """A model card that changes under one record name, made visible to reference frontends (issue 38).
 
-A reference frontend (1.6.1) takes the card stored under a name as one immutable worker
-incarnation: another card put under a name it knows is refused ("Rejected an in-place
-materialization change", ``lib/llm/src/discovery/controller.rs``), and it keeps listing the old
-model. It must see the name removed first, and its store watcher drops a removal when the name
-exists again by the time it handles the event ("Suppressing stale FileStore remove event for a
+A reference reader (1.6.1) takes the card stored under a name as one immutable worker
+incarnation: another card put under a name it knows is refused ("Rejecting immutable discovery
+model-card mutation", ``lib/runtime/src/discovery/mod.rs``; its frontend's controller refuses it
+too, ``lib/llm/src/discovery/controller.rs``), and the frontend keeps listing the old model. It
+must see the name removed first, and its store watcher drops a removal when the name exists
+again by the time it handles the event ("Suppressing stale FileStore remove event for a
 recreated key", ``lib/runtime/src/storage/kv/file.rs`` in the 1.6.1 binary: it stats the name).
 Nothing outside that process tells when it handled the event, so a different card is written
 only after the name stayed absent for :data:`REMOVAL_HOLD` (docs/interop.md, "A card replaced
-under one name"). The same card again, and records of other kinds, are written at once.
+under one name"). What reference readers take in place is written at once: the same card, a
+card that differs only in its taints (their taint update), and records of other kinds.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 
 from discovery_sync.identity import DiscoveryInstanceId, RecordKind
-from discovery_sync.model import DiscoveryInstance
+from discovery_sync.model import DiscoveryInstance, Model
+from discovery_sync.taints import card_without_taints
 
 from .own import OwnFiles
 
@@ -54,7 +58,7 @@ class CardChanges:
         if not self._removed:  # the common case: nothing removed lately
             return
         removed = self._removed.pop(instance.id(), None)
-        if removed is not None and removed[0] != instance:
+        if removed is not None and not seen_in_place(removed[0], instance):
             _hold(removed[1])
 
     def take_over(self, instance: DiscoveryInstance, stored: Callable[[DiscoveryInstanceId], object]) -> None:
@@ -64,11 +68,29 @@ class CardChanges:
         instance_id = instance.id()
         if instance_id.kind is RecordKind.MODEL:
             previous = stored(instance_id)
-            if previous is not None and previous != instance:
+            if previous is not None and not seen_in_place(previous, instance):
                 self._own.unlink(instance_id)
                 _hold(time.monotonic())
             self.settle(instance)
         self._own.write(instance, create_only=False)
+
+
+def seen_in_place(before: object, after: DiscoveryInstance) -> bool:
+    """Whether reference readers take ``after`` written over ``before`` as it is: the same
+    record, or a taint update (``validate_model_taint_update`` in ``lib/runtime/src/discovery/mod.rs``:
+    both cards have a ``runtime_config`` object and differ in nothing but its ``taints``)."""
+    if before == after:
+        return True
+    if not isinstance(before, Model) or not isinstance(after, Model):
+        return False
+    if not (
+        isinstance(before.card_json.get("runtime_config"), dict)
+        and isinstance(after.card_json.get("runtime_config"), dict)
+    ):
+        return False
+    return dataclasses.replace(before, card_json=card_without_taints(before.card_json)) == dataclasses.replace(
+        after, card_json=card_without_taints(after.card_json)
+    )
 
 
 def _hold(removed_at: float) -> None:
