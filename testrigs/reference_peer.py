@@ -17,18 +17,15 @@ import urllib.request
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from dynamo._core import DistributedRuntime, FpmEventSubscriber
+from dynamo._core import DistributedRuntime, EngineType, FpmEventSubscriber, make_engine, run_input
 from dynamo.llm import (
-    EngineType,
     EntrypointArgs,
     KvEventPublisher,
     ModelInput,
     ModelRuntimeConfig,
     ModelType,
     WorkerType,
-    make_engine,
     register_model,
-    run_input,
     update_model_taints,
 )
 
