@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import sys
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from dynamo._core import DistributedRuntime, FpmEventSubscriber
+from dynamo._core import DistributedRuntime, EngineType, FpmEventSubscriber, make_engine, run_input
 from dynamo.llm import (
+    EntrypointArgs,
     KvEventPublisher,
     ModelInput,
     ModelRuntimeConfig,
@@ -25,6 +28,8 @@ from dynamo.llm import (
     register_model,
     update_model_taints,
 )
+
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never a proxy
 
 
 async def handler(request: Any, context: Any = None) -> AsyncIterator[dict[str, Any]]:
@@ -40,6 +45,7 @@ class Peer:
         self.serving: list[asyncio.Future[Any]] = []
         self.subscribers: dict[str, Any] = {}
         self.publishers: list[Any] = []
+        self.frontend_port: int | None = None
 
     def endpoint(self, path: str) -> Any:
         if path not in self.endpoints:
@@ -174,6 +180,47 @@ class Peer:
     async def cmd_kv_publisher(self, endpoint: str) -> dict[str, Any]:
         self.publishers.append(KvEventPublisher(self.endpoint(endpoint), kv_block_size=16))
         return {}
+
+    async def cmd_frontend(self, timeout: float = 30.0) -> dict[str, Any]:
+        """Run the reference HTTP frontend (``run_input(drt, "http", ...)`` with a dynamic engine,
+        the models it discovers) on a free port of 127.0.0.1; answers once ``/v1/models`` does."""
+        with socket.socket() as sock:  # inside the peer: its loopback may be a namespace of its own
+            sock.bind(("127.0.0.1", 0))
+            self.frontend_port = sock.getsockname()[1]
+        args = EntrypointArgs(EngineType.Dynamic, http_host="127.0.0.1", http_port=self.frontend_port)
+        self.serving.append(asyncio.ensure_future(run_input(self.drt, "http", await make_engine(self.drt, args))))
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                await self.cmd_models()
+                return {"port": self.frontend_port}
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.05)
+
+    async def cmd_models(self) -> dict[str, Any]:
+        """The model names the frontend lists on ``GET /v1/models``, sorted."""
+        url = f"http://127.0.0.1:{self.frontend_port}/v1/models"
+
+        def get() -> Any:
+            with _DIRECT.open(url, timeout=5) as response:
+                return json.load(response)
+
+        listed = await asyncio.get_running_loop().run_in_executor(None, get)
+        return {"models": sorted(model["id"] for model in listed["data"])}
+
+    async def cmd_wait_models(self, models: Sequence[str], timeout: float = 5.0) -> dict[str, Any]:
+        """Poll ``/v1/models`` every 5 ms until it lists exactly ``models``; ``seen`` says whether it
+        did within ``timeout`` seconds, ``models`` what it listed last."""
+        deadline = time.monotonic() + timeout
+        while True:
+            listed = (await self.cmd_models())["models"]
+            if listed == sorted(models):
+                return {"seen": True, "models": listed}
+            if time.monotonic() > deadline:
+                return {"seen": False, "models": listed}
+            await asyncio.sleep(0.005)
 
     async def cmd_shutdown(self) -> dict[str, Any]:
         self.drt.shutdown()

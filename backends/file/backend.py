@@ -55,6 +55,7 @@ from discovery_sync.periodic import PeriodicThread
 from discovery_sync.queries import Query
 from discovery_sync.watch import WatchFeed
 
+from .card_change import CardChanges
 from .cohort import CohortFence, OutsideCohorts
 from .doctor import diagnose_store
 from .failover import FileFailoverLock
@@ -204,6 +205,7 @@ class FileDiscovery(Discovery):
         """The parts: views, own files, threads (not started)."""
         clock, t = self._clock, self.timing
         self._own = OwnFiles(self._buckets, OwnedNames(self.layout), self.max_record_bytes)
+        self._changes = CardChanges(self._own)  # a card changed under one id reaches reference frontends
         self._fence_check = (
             None if self._cohort is None else CohortFence(self._cohort, self._lock_dir, self._own, self._fence, clock)
         )
@@ -277,6 +279,7 @@ class FileDiscovery(Discovery):
         instance_id = instance.id()
         if self._outside is not None:
             self._outside.check()
+        self._changes.settle(instance)
         if self._own.write(instance, create_only=True):
             return None
         existing, problem = self._dirs.read(instance_id, self.layout.file_name(instance_id), self.max_record_bytes)
@@ -297,12 +300,12 @@ class FileDiscovery(Discovery):
 
     def _delete(self, instance_id: DiscoveryInstanceId) -> None:
         if self._fence_check is None:
-            self._own.unlink(instance_id)
+            self._changes.unlink(instance_id, self._owned.get(instance_id))
             return
         with self._record_lock(instance_id):
             if not self._fence_check.still_current(instance_id):
                 self._fence_check.cohort.check()  # a successor's now: InstanceReplaced, nothing removed
-            self._own.unlink(instance_id)
+            self._changes.unlink(instance_id, self._owned.get(instance_id))
 
     def _list_ordered(self, query: Query) -> builtins.list[DiscoveryInstance]:
         """Every :meth:`list` reads the directory (a write finished before the call is in its
@@ -472,7 +475,7 @@ class FileDiscovery(Discovery):
             self._kernel.hold()
 
     def _take_over(self, instance: DiscoveryInstance) -> None:
-        self._own.write(instance, create_only=False)
+        self._changes.take_over(instance, self._get)
 
     def _failover_lock(self, name: str, stale_after: float | None) -> FailoverLock:
         stale_after = self._locks.stale_after if stale_after is None else check_stale_after(stale_after)
