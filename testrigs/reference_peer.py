@@ -181,13 +181,16 @@ class Peer:
         self.publishers.append(KvEventPublisher(self.endpoint(endpoint), kv_block_size=16))
         return {}
 
-    async def cmd_frontend(self, timeout: float = 30.0) -> dict[str, Any]:
+    async def cmd_frontend(self, timeout: float = 30.0, namespace: str | None = None) -> dict[str, Any]:
         """Run the reference HTTP frontend (``run_input(drt, "http", ...)`` with a dynamic engine,
-        the models it discovers) on a free port of 127.0.0.1; answers once ``/v1/models`` does."""
+        the models it discovers, only those of ``namespace`` when given) on a free port of
+        127.0.0.1; answers once ``/v1/models`` does."""
         with socket.socket() as sock:  # inside the peer: its loopback may be a namespace of its own
             sock.bind(("127.0.0.1", 0))
             self.frontend_port = sock.getsockname()[1]
-        args = EntrypointArgs(EngineType.Dynamic, http_host="127.0.0.1", http_port=self.frontend_port)
+        args = EntrypointArgs(
+            EngineType.Dynamic, http_host="127.0.0.1", http_port=self.frontend_port, namespace=namespace
+        )
         self.serving.append(asyncio.ensure_future(run_input(self.drt, "http", await make_engine(self.drt, args))))
         deadline = time.monotonic() + timeout
         while True:

@@ -1,22 +1,31 @@
 """The reference 1.6.1 HTTP frontend follows a model card that changes under one instance id
-(issue 38): a worker of ours that registers another card after unregistering one, and a failover
-cohort's successor that takes over with another card. The frontend runs in a reference peer
-(``cmd_frontend``); what it lists is its ``GET /v1/models``. docs/interop.md ("A card replaced
-under one name") says why a card changed in place, or removed and created at once, stays unseen.
+(issue 38): a worker of ours that registers another card after unregistering one (file store,
+etcd, Kubernetes), and a failover cohort's successor that takes over with another card (file
+store only: etcd and Kubernetes clients refuse logical ids, so there no write of ours changes a
+card in place but a taint update, which the frontend ignores). The frontend runs in a reference
+peer (``cmd_frontend``); what it lists is its ``GET /v1/models``. docs/interop.md ("A card
+replaced under one name") says why a card changed in place, or removed and created at once,
+stays unseen, and why the etcd and Kubernetes tests are guards that passed before any change.
 """
 
 from __future__ import annotations
 
+import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import discovery_sync as ds
+from testrigs.kube_fake import FakeKubeServer
+from testrigs.reference import RustPeer
+from tests.kube.rig import connect_pod
 
 ROUNDS = 15
 ROUND_TIMEOUT = 3.0  # seconds for a round's card to be listed (it takes milliseconds when followed)
 COHORT_ROUNDS = 5
 LOGICAL_ID = 0x5EED38
+FIRST_LISTING = 10.0  # seconds for the first card: the frontend's discovery may still be starting
 
 
 def card(name: str) -> dict[str, Any]:
@@ -33,11 +42,15 @@ def card(name: str) -> dict[str, Any]:
     }
 
 
-def model(name: str) -> ds.ModelSpec:
-    return ds.ModelSpec("pyns", "backend", "generate", card(name))
+def model(name: str, namespace: str = "pyns") -> ds.ModelSpec:
+    return ds.ModelSpec(namespace, "backend", "generate", card(name))
 
 
-ENDPOINT = ds.EndpointSpec("pyns", "backend", "generate", ds.Transport.tcp("127.0.0.1:1/py"))
+def endpoint(namespace: str = "pyns") -> ds.EndpointSpec:
+    return ds.EndpointSpec(namespace, "backend", "generate", ds.Transport.tcp("127.0.0.1:1/py"))
+
+
+ENDPOINT = endpoint()
 
 
 @pytest.fixture
@@ -53,19 +66,27 @@ def listed(frontend, names: list[str], timeout: float = ROUND_TIMEOUT) -> dict[s
     return frontend.call("wait_models", models=names, timeout=timeout)
 
 
+def replaced_rounds(client: ds.Discovery, frontend: RustPeer, rounds: int, namespace: str = "pyns") -> list[Any]:
+    """Register an endpoint and card ``m0``; then, ``rounds`` times, unregister the card and at once
+    register another (``m1``, ``m2``, ...). The rounds whose card the frontend did not list alone
+    within ROUND_TIMEOUT, each with what it listed."""
+    client.register(endpoint(namespace))
+    registered = client.register(model("m0", namespace))
+    assert listed(frontend, ["m0"], timeout=FIRST_LISTING)["seen"]
+    missed = []
+    for round in range(1, rounds + 1):
+        client.unregister(registered)
+        registered = client.register(model(f"m{round}", namespace))  # back to back: no pause between them
+        seen = listed(frontend, [f"m{round}"])
+        if not seen["seen"]:
+            missed.append((round, seen["models"]))
+    return missed
+
+
 def test_a_card_registered_again_under_one_id_replaces_the_old_one_in_the_frontend(file_store, frontend):
     client = ds.connect(f"file://{file_store}")
     try:
-        client.register(ENDPOINT)
-        registered = client.register(model("m0"))
-        assert listed(frontend, ["m0"], timeout=10)["seen"]
-        missed = []
-        for round in range(1, ROUNDS + 1):
-            client.unregister(registered)
-            registered = client.register(model(f"m{round}"))  # back to back: no pause between them
-            seen = listed(frontend, [f"m{round}"])
-            if not seen["seen"]:
-                missed.append((round, seen["models"]))
+        missed = replaced_rounds(client, frontend, ROUNDS)
         assert not missed, f"{len(missed)} of {ROUNDS} rounds: the frontend still listed {missed}"
     finally:
         client.shutdown()
@@ -77,7 +98,7 @@ def test_a_cohort_successor_with_another_card_replaces_it_in_the_frontend(file_s
     try:
         members[0].register(ENDPOINT)
         members[0].register(model("c0"))
-        assert listed(frontend, ["c0"], timeout=10)["seen"]
+        assert listed(frontend, ["c0"], timeout=FIRST_LISTING)["seen"]
         missed = []
         for round in range(1, COHORT_ROUNDS + 1):
             successor = ds.connect(url, logical_instance_id=LOGICAL_ID)
@@ -91,3 +112,42 @@ def test_a_cohort_successor_with_another_card_replaces_it_in_the_frontend(file_s
     finally:
         for member in members:
             member.shutdown()
+
+
+# ----- etcd and Kubernetes: a worker of ours unregisters a card and registers another ------------------
+ETCD_ROUNDS = KUBE_ROUNDS = 12
+
+
+def test_a_card_registered_again_under_one_id_replaces_the_old_one_in_a_frontend_on_etcd(etcd_server, rust_peers):
+    """A guard: each etcd watcher receives the delete and the put as two revisions, in order, so
+    this passed before any change (the issue saw 6 of 6 followed)."""
+    namespace = f"frontend{uuid.uuid4().hex[:12]}"  # the session's etcd, unprefixed: the reference's keys
+    peer = rust_peers("etcd", {"ETCD_ENDPOINTS": etcd_server.url, "ETCD_LEASE_TTL": "3"})
+    peer.call("frontend", namespace=namespace)  # only this test's models: others may linger in etcd
+    client = ds.connect(f"etcd://127.0.0.1:{etcd_server.client_port}")
+    try:
+        missed = replaced_rounds(client, peer, ETCD_ROUNDS, namespace)
+        assert not missed, f"{len(missed)} of {ETCD_ROUNDS} rounds: the frontend still listed {missed}"
+    finally:
+        client.shutdown()
+
+
+def test_a_card_registered_again_under_one_id_replaces_the_old_one_in_a_frontend_on_kubernetes(
+    kube_server: FakeKubeServer, kubeconfig: Path, rust_kube_peer
+):
+    """A guard: the reference frontend runs as a pod of the fake API server, our worker is the pod
+    ``py-0``, whose whole CR each unregister and register applies. The 1.6.1 daemon handles each CR
+    watch event on its own (it does not diff the latest CR against what it knew), so this passed
+    before any change; a reader that took both applies as one change would refuse the new card."""
+    peer = rust_kube_peer("frontend-0")
+    peer.call("frontend")
+    client = connect_pod(kube_server, kubeconfig, "py-0")
+    try:
+        missed = replaced_rounds(client, peer, KUBE_ROUNDS)
+        refused = peer.log().count("Rejecting immutable discovery model-card mutation")
+        assert not missed, (
+            f"{len(missed)} of {KUBE_ROUNDS} rounds: the frontend still listed {missed} "
+            f"(its log refused a card mutation {refused} time(s))"
+        )
+    finally:
+        client.shutdown()

@@ -21,7 +21,6 @@ from testrigs.helpers import initial_state, next_event
 from testrigs.kube_fake import AUTO_SLICE_NAME, ENDPOINT_SLICES, PODS, WORKER_METADATA, FakeKubeServer, RecordedRequest
 from testrigs.reference import PeerError, RustPeer
 from testrigs.waiting import wait_until
-from tests.interop.netns import LoopbackNamespace
 from tests.kube.rig import connect_pod
 
 ENDPOINT = "pyns.backend.generate"
@@ -34,62 +33,11 @@ DATA_MAPS = ("endpoints", "model_cards", "event_channels", "event_sources")
 
 
 @pytest.fixture
-def kube_server() -> Iterator[FakeKubeServer]:
-    with FakeKubeServer(auto_endpoint_slices=True, bookmark_interval=0.2) as fake:
-        yield fake
-
-
-@pytest.fixture
-def kubeconfig(kube_server: FakeKubeServer, tmp_path: Path) -> Path:
-    return kube_server.write_kubeconfig(tmp_path / "kubeconfig")
-
-
-@pytest.fixture
 def client(kube_server: FakeKubeServer, kubeconfig: Path) -> Iterator[ds.Discovery]:
     """Our client, as the ready pod ``py-0``."""
     client = connect_pod(kube_server, kubeconfig, "py-0")
     yield client
     client.shutdown()
-
-
-@pytest.fixture
-def rust_kube_peer(kube_server: FakeKubeServer, kubeconfig: Path, rust_peers, tmp_path: Path):
-    """``start(pod_name, isolate=False)``: a ready pod in the fake and a reference peer running as it.
-
-    Peers are not isolated (they reach the fake on this host's loopback) unless ``isolate``: then
-    they run in a loopback-only network namespace whose loopback is bridged to the fake.
-    """
-    namespaces: list[LoopbackNamespace] = []
-
-    def start(pod_name: str = "rust-0", *, isolate: bool = False) -> RustPeer:
-        pod = kube_server.create_pod(pod_name)
-        env = {
-            "KUBECONFIG": str(kubeconfig),
-            "POD_NAME": pod_name,
-            "POD_UID": pod["metadata"]["uid"],
-            "POD_NAMESPACE": "default",
-            "DYN_LOG": "warn,dynamo_runtime::discovery=debug",  # for serve()'s message when a CR is late
-        }
-        if not (isolate and LoopbackNamespace.available()):
-            return seen_by_the_fake(rust_peers("kubernetes", env))
-        namespace = LoopbackNamespace(kube_server.port)
-        namespaces.append(namespace)
-        bridged = tmp_path / f"kubeconfig-{pod_name}"
-        bridged.write_text(kubeconfig.read_text().replace(kube_server.url, f"http://127.0.0.1:{namespace.port}"))
-        env["KUBECONFIG"] = str(bridged)
-        return seen_by_the_fake(rust_peers("kubernetes", env, prefix=namespace.prefix))
-
-    def seen_by_the_fake(peer: RustPeer) -> RustPeer:
-        """A peer that says, when it does not answer, what the fake server saw meanwhile."""
-        peer.context = lambda: (
-            f"the fake's last requests {[(r.method, r.path) for r in kube_server.requests()[-12:]]}, "
-            f"requests whose body it is reading {kube_server.requests_arriving()}"
-        )
-        return peer
-
-    yield start
-    for namespace in namespaces:
-        namespace.close()
 
 
 def wait_added(watch: ds.Watch, timeout: float = WAIT) -> ds.DiscoveryInstance:
