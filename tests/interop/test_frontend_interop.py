@@ -10,6 +10,7 @@ stays unseen, and why the etcd and Kubernetes tests are guards that passed befor
 
 from __future__ import annotations
 
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -68,8 +69,8 @@ def listed(frontend, names: list[str], timeout: float = ROUND_TIMEOUT) -> dict[s
 
 def replaced_rounds(client: ds.Discovery, frontend: RustPeer, rounds: int, namespace: str = "pyns") -> list[Any]:
     """Register an endpoint and card ``m0``; then, ``rounds`` times, unregister the card and at once
-    register another (``m1``, ``m2``, ...). The rounds whose card the frontend did not list alone
-    within ROUND_TIMEOUT, each with what it listed."""
+    register another (``m1``, ``m2``, ...). The rounds whose card the frontend did not list alone, or
+    the reference's model-card watch did not hold, within ROUND_TIMEOUT each, with what they held."""
     client.register(endpoint(namespace))
     registered = client.register(model("m0", namespace))
     assert listed(frontend, ["m0"], timeout=FIRST_LISTING)["seen"]
@@ -78,9 +79,22 @@ def replaced_rounds(client: ds.Discovery, frontend: RustPeer, rounds: int, names
         client.unregister(registered)
         registered = client.register(model(f"m{round}", namespace))  # back to back: no pause between them
         seen = listed(frontend, [f"m{round}"])
-        if not seen["seen"]:
-            missed.append((round, seen["models"]))
+        watched = card_watched(frontend, f"{namespace}.backend.generate", registered.instance_id, f"m{round}")
+        if not seen["seen"] or watched != f"m{round}":
+            missed.append((round, seen["models"], watched))
     return missed
+
+
+def card_watched(peer: RustPeer, endpoint_path: str, instance_id: int, name: str) -> str | None:
+    """Poll the reference's own model-card watch (``FpmEventSubscriber``) of the endpoint until
+    it holds the card named ``name`` for ``instance_id``, at most ROUND_TIMEOUT; the name it holds."""
+    deadline = time.monotonic() + ROUND_TIMEOUT
+    while True:
+        card = peer.call("model_cards", endpoint=endpoint_path)["cards"].get(str(instance_id))
+        held = None if card is None else card.get("display_name")
+        if held == name or time.monotonic() > deadline:
+            return held
+        time.sleep(0.005)  # the runtime offers no notification for this view, only a snapshot
 
 
 def test_a_card_registered_again_under_one_id_replaces_the_old_one_in_the_frontend(file_store, frontend):
@@ -106,8 +120,9 @@ def test_a_cohort_successor_with_another_card_replaces_it_in_the_frontend(file_s
             successor.register(ENDPOINT)
             successor.register(model(f"c{round}"))  # replaces the predecessor's card under the same id
             seen = listed(frontend, [f"c{round}"])
-            if not seen["seen"]:
-                missed.append((round, seen["models"]))
+            watched = card_watched(frontend, "pyns.backend.generate", LOGICAL_ID, f"c{round}")
+            if not seen["seen"] or watched != f"c{round}":
+                missed.append((round, seen["models"], watched))
         assert not missed, f"{len(missed)} of {COHORT_ROUNDS} takeovers: the frontend still listed {missed}"
     finally:
         for member in members:
