@@ -5,6 +5,7 @@ does not exist says so, exits 1 and creates nothing."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import re
@@ -79,18 +80,25 @@ def proxy(etcd_server: EtcdServer) -> Iterator[TcpProxy]:
     proxy.close()
 
 
-def _watch(url: str, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
+@contextlib.contextmanager
+def _watching(url: str, *args: str) -> Iterator[Lines]:
+    """``discovery-sync watch`` of ``url`` in a process of its own, its output line by line; ended
+    on the way out, when its stderr must hold no traceback."""
+    process = subprocess.Popen(
         command("--url", url, "--timeout", "2", "watch", *args),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=environment(),
     )
+    try:
+        yield Lines(process)
+    finally:
+        _stop(process)
 
 
-def _stop(process: subprocess.Popen[str]) -> str:
-    """End the watch; its stderr, which must hold no traceback."""
+def _stop(process: subprocess.Popen[str]) -> None:
+    """End the watch; its stderr must hold no traceback."""
     process.terminate()
     try:
         _, stderr = process.communicate(timeout=30)
@@ -98,7 +106,6 @@ def _stop(process: subprocess.Popen[str]) -> str:
         process.kill()
         _, stderr = process.communicate()
     assert "Traceback" not in stderr, stderr
-    return stderr
 
 
 # (the watch's arguments, what its initial state ends with, a state line's pattern, an event's)
@@ -118,57 +125,43 @@ def test_an_etcd_outage_is_shown_as_state_lines_and_nothing_that_did_not_change_
     etcd_server, etcd_prefix, proxy, fmt
 ):
     args, initial, state, record_change = FORMATS[fmt]
-    writer = ds.connect(f"etcd://127.0.0.1:{etcd_server.client_port}/{etcd_prefix}?ttl=60")
-    watch = None
-    try:
-        endpoint = writer.register(endpoint_spec())
-        watch = _watch(f"etcd://127.0.0.1:{proxy.port}/{etcd_prefix}", *args)
-        lines = Lines(watch)
-        lines.until(initial)
-        proxy.cut()
-        suspended = lines.until(_state(state, "suspended"))
-        proxy.restore()
-        # the watch's resync after the outage (the complete set, and nothing else) and the state
-        # line come from two threads: in either order
-        after = [_state(state, "reconnected")] + ([initial] if fmt != "live-json" else [])
-        during = suspended + lines.until_all(*after)
-        assert not [line for line in during if re.search(record_change, line)], during
-        if fmt == "json":
-            resync = [line for line in during if line.startswith('{"event":"Resync"')][-1]
-            assert orjson.loads(resync) == {"event": "Resync", "instances": [record_document(endpoint)]}
-            documents = [orjson.loads(line) for line in during if line.startswith('{"state"')]
-            assert [d["state"] for d in documents] == ["suspended", "reconnected"]
-            assert documents[0]["previous"] == "connected" and "etcd" in documents[0]["reason"]
-            assert documents[1] == {**documents[1], "previous": "suspended", "rewritten": []}
-        if fmt == "table":
-            (line,) = [line for line in during if "SUSPENDED" in line]
-            assert "etcd" in line
-    finally:
-        if watch is not None:
-            _stop(watch)
-        writer.shutdown()
+    with ds.connect(f"etcd://127.0.0.1:{etcd_server.client_port}/{etcd_prefix}?ttl=60") as writer:
+        endpoint = writer.register(endpoint_spec())  # before the watch: its initial state holds it
+        with _watching(f"etcd://127.0.0.1:{proxy.port}/{etcd_prefix}", *args) as lines:
+            lines.until(initial)
+            proxy.cut()
+            suspended = lines.until(_state(state, "suspended"))
+            proxy.restore()
+            # the watch's resync after the outage (the complete set, and nothing else) and the state
+            # line come from two threads: in either order
+            after = [_state(state, "reconnected")] + ([initial] if fmt != "live-json" else [])
+            during = suspended + lines.until_all(*after)
+            assert not [line for line in during if re.search(record_change, line)], during
+            if fmt == "json":
+                resync = [line for line in during if line.startswith('{"event":"Resync"')][-1]
+                assert orjson.loads(resync) == {"event": "Resync", "instances": [record_document(endpoint)]}
+                documents = [orjson.loads(line) for line in during if line.startswith('{"state"')]
+                assert [d["state"] for d in documents] == ["suspended", "reconnected"]
+                assert documents[0]["previous"] == "connected" and "etcd" in documents[0]["reason"]
+                assert documents[1] == {**documents[1], "previous": "suspended", "rewritten": []}
+            if fmt == "table":
+                (line,) = [line for line in during if "SUSPENDED" in line]
+                assert "etcd" in line
 
 
 def test_a_file_store_that_goes_away_and_comes_back_is_shown_as_state_documents(tmp_path):
     store = tmp_path / "store"
     url = f"file://{store}?ttl=60&rescan_interval=0.2"
-    writer = ds.connect(url)
-    watch = None
-    try:
+    with ds.connect(url) as writer:
         writer.register(endpoint_spec())
-        watch = _watch(url, "-o", "json")
-        lines = Lines(watch)
-        lines.until(r'^\{"event":"Resync"')
-        store.rename(tmp_path / "away")  # what a reader sees of a store unmounted, say
-        suspended = orjson.loads(lines.until(r'^\{"state":')[-1])
-        assert suspended["state"] == "suspended" and str(store) in suspended["reason"], suspended
-        (tmp_path / "away").rename(store)
-        reconnected = orjson.loads(lines.until(r'^\{"state":')[-1])
-        assert reconnected["state"] == "reconnected" and reconnected["previous"] == "suspended", reconnected
-    finally:
-        if watch is not None:
-            _stop(watch)
-        writer.shutdown()
+        with _watching(url, "-o", "json") as lines:
+            lines.until(r'^\{"event":"Resync"')
+            store.rename(tmp_path / "away")  # what a reader sees of a store unmounted, say
+            suspended = orjson.loads(lines.until(r'^\{"state":')[-1])
+            assert suspended["state"] == "suspended" and str(store) in suspended["reason"], suspended
+            (tmp_path / "away").rename(store)
+            reconnected = orjson.loads(lines.until(r'^\{"state":')[-1])
+            assert reconnected["state"] == "reconnected" and reconnected["previous"] == "suspended", reconnected
 
 
 def test_a_live_table_on_a_terminal_shows_the_state_in_its_heading(tmp_path):
