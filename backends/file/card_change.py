@@ -15,13 +15,13 @@ card that differs only in its taints (their taint update), and records of other 
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable
 
+from discovery_sync.errors import ValidationError
 from discovery_sync.identity import DiscoveryInstanceId, RecordKind
 from discovery_sync.model import DiscoveryInstance, Model
-from discovery_sync.taints import card_without_taints
+from discovery_sync.reconcile import Change, classify
 
 from .own import OwnFiles
 
@@ -76,21 +76,20 @@ class CardChanges:
 
 
 def seen_in_place(before: object, after: DiscoveryInstance) -> bool:
-    """Whether reference readers take ``after`` written over ``before`` as it is: the same
-    record, or a taint update (``validate_model_taint_update`` in ``lib/runtime/src/discovery/mod.rs``:
-    both cards have a ``runtime_config`` object and differ in nothing but its ``taints``)."""
+    """Whether reference readers take ``after`` written over ``before`` (the same id) as it is:
+    the same record, or what our readers too take as a taint update (:func:`~discovery_sync.reconcile.classify`)
+    where both cards have a ``runtime_config`` object, as the reference asks
+    (``validate_model_taint_update`` in ``lib/runtime/src/discovery/mod.rs``)."""
     if before == after:
         return True
     if not isinstance(before, Model) or not isinstance(after, Model):
         return False
-    if not (
-        isinstance(before.card_json.get("runtime_config"), dict)
-        and isinstance(after.card_json.get("runtime_config"), dict)
-    ):
+    if not all(isinstance(model.card_json.get("runtime_config"), dict) for model in (before, after)):
         return False
-    return dataclasses.replace(before, card_json=card_without_taints(before.card_json)) == dataclasses.replace(
-        after, card_json=card_without_taints(after.card_json)
-    )
+    try:
+        return classify(before, after) in (Change.NONE, Change.TAINTS)
+    except ValidationError:  # malformed taints, and nothing else changed: still only a taint update
+        return True
 
 
 def _hold(removed_at: float) -> None:

@@ -74,9 +74,8 @@ def parse_data(
     for name, kind in _KINDS.items():
         for key, value in (data.get(name) or {}).items():
             slot = (name, key)
-            record = _record(value, kind, slot, where, kept=previous.get(slot) is not None)
-            if record is None:
-                record = previous.get(slot)
+            kept = previous.get(slot)
+            record = _record(value, kind, slot, where, kept=kept is not None) or kept
             if record is not None:
                 records[slot] = record
     return records
