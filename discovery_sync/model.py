@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 import orjson
 
 from . import typed_cards
+from .assembly import blank, slot_setters
 from .errors import UnknownRecordType, ValidationError
 from .identity import (
     EndpointInstanceId,
@@ -25,7 +26,7 @@ from .identity import (
 from .jsonsafe import TOO_DEEP, problem_of, storable, to_json, too_deep
 from .scope import EndpointId, EventScope
 from .transports import EventTransport, Transport
-from .validation import RequiredFields, require, require_object
+from .validation import RequiredFields, plain_segments, plain_u64, require, require_object
 
 REQUEST_PLANE_CODECS = ("json", "msgpack")
 
@@ -104,6 +105,12 @@ class Endpoint(_ServedOnEndpoint):
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Endpoint:
         namespace, component, endpoint, instance_id, transport = _ENDPOINT_FIELDS.of(data)
+        codec = data.get("request_plane_codec")
+        if (codec is None or codec == "json" or codec == "msgpack") and _plain_ids(
+            namespace, component, endpoint, instance_id
+        ):
+            plane = Transport.from_json_value(transport)
+            return _plain_endpoint(namespace, component, endpoint, instance_id, plane, data.get("device_type"), codec)
         return cls(
             namespace,
             component,
@@ -156,7 +163,10 @@ class Model(_ServedOnEndpoint):
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Model:
         namespace, component, endpoint, instance_id, card_json = _MODEL_FIELDS.of(data)
-        return cls(namespace, component, endpoint, instance_id, card_json, data.get("model_suffix"))
+        suffix = data.get("model_suffix")
+        if suffix is None and type(card_json) is dict and _plain_ids(namespace, component, endpoint, instance_id):
+            return _plain_base_card(namespace, component, endpoint, instance_id, card_json)
+        return cls(namespace, component, endpoint, instance_id, card_json, suffix)
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,6 +277,67 @@ _ENDPOINT_FIELDS = RequiredFields("Endpoint", "namespace", "component", "endpoin
 _MODEL_FIELDS = RequiredFields("Model", "namespace", "component", "endpoint", "instance_id", "card_json")
 _EVENT_CHANNEL_FIELDS = RequiredFields("EventChannel", "topic", "instance_id", "transport")
 _EVENT_SOURCE_FIELDS = RequiredFields("EventSource", "scope", "topic", "publisher_id")
+
+
+def _plain_ids(namespace: Any, component: Any, endpoint: Any, instance_id: Any) -> bool:
+    """Whether the identity fields of an endpoint or a model card are what the identity's checks
+    accept at a glance (the usual record's): the reader then builds it without them."""
+    return plain_u64(instance_id) and plain_segments(namespace, component, endpoint)
+
+
+_IDENTITY_FIELDS = ("namespace", "component", "endpoint", "instance_id")
+_ENDPOINT_SLOTS = slot_setters(Endpoint, *_IDENTITY_FIELDS, "transport", "device_type", "request_plane_codec", "_id")
+_MODEL_SLOTS = slot_setters(Model, *_IDENTITY_FIELDS, "card_json", "model_suffix", "_id")
+# an endpoint's and a base card's identity alike; the cached hash is left unset (made when asked)
+_ENDPOINT_ID_SLOTS = slot_setters(EndpointInstanceId, *_IDENTITY_FIELDS)
+_MODEL_ID_SLOTS = slot_setters(ModelCardInstanceId, *_IDENTITY_FIELDS, "model_suffix")
+
+
+def _plain_endpoint(
+    namespace: str, component: str, endpoint: str, instance_id: int, transport: Transport, device_type: Any, codec: Any
+) -> Endpoint:
+    """The Endpoint of these values, which its checks accept (see :func:`_plain_ids`), built without them."""
+    set_namespace, set_component, set_endpoint, set_instance_id = _ENDPOINT_ID_SLOTS
+    identity = blank(EndpointInstanceId)
+    set_namespace(identity, namespace)
+    set_component(identity, component)
+    set_endpoint(identity, endpoint)
+    set_instance_id(identity, instance_id)
+    set_namespace, set_component, set_endpoint, set_instance_id, set_transport, set_device, set_codec, set_id = (
+        _ENDPOINT_SLOTS
+    )
+    record = blank(Endpoint)
+    set_namespace(record, namespace)
+    set_component(record, component)
+    set_endpoint(record, endpoint)
+    set_instance_id(record, instance_id)
+    set_transport(record, transport)
+    set_device(record, device_type)
+    set_codec(record, codec)
+    set_id(record, identity)
+    return record
+
+
+def _plain_base_card(namespace: str, component: str, endpoint: str, instance_id: int, card: dict[str, Any]) -> Model:
+    """The base Model card of these values, which its checks accept (see :func:`_plain_ids`), built without them."""
+    set_namespace, set_component, set_endpoint, set_instance_id, set_suffix = _MODEL_ID_SLOTS
+    identity = blank(ModelCardInstanceId)
+    set_namespace(identity, namespace)
+    set_component(identity, component)
+    set_endpoint(identity, endpoint)
+    set_instance_id(identity, instance_id)
+    set_suffix(identity, None)
+    set_namespace, set_component, set_endpoint, set_instance_id, set_card, set_suffix, set_id = _MODEL_SLOTS
+    record = blank(Model)
+    set_namespace(record, namespace)
+    set_component(record, component)
+    set_endpoint(record, endpoint)
+    set_instance_id(record, instance_id)
+    set_card(record, card)
+    set_suffix(record, None)
+    set_id(record, identity)
+    return record
+
 
 _TYPES: dict[str, type[Endpoint] | type[Model] | type[EventChannel] | type[EventSource]] = {
     "Endpoint": Endpoint,

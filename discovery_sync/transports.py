@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from .assembly import blank, slot_setters
 from .errors import ValidationError
 from .validation import require, require_object, require_str
 
@@ -49,8 +50,22 @@ class Transport:
     def from_json_value(cls, data: Any) -> Transport:
         if isinstance(data, dict) and len(data) == 1:
             ((kind, value),) = data.items()
+            if type(kind) is str and kind and (type(value) is str or kind not in cls.KNOWN_KINDS):
+                return _plain_transport(kind, value)
             return cls(kind, value)
         raise ValidationError(f"transport must be a JSON object with exactly one tag, got {data!r}")
+
+
+_TRANSPORT_SLOTS = slot_setters(Transport, "kind", "value")
+
+
+def _plain_transport(kind: str, value: Any) -> Transport:
+    """The Transport of a tag and value its checks accept, built without them."""
+    set_kind, set_value = _TRANSPORT_SLOTS
+    transport = blank(Transport)
+    set_kind(transport, kind)
+    set_value(transport, value)
+    return transport
 
 
 class EventTransportKind(enum.Enum):

@@ -44,6 +44,27 @@ def check_name(value: Any, field: str, *, allow_slash: bool = True) -> str:
     return value
 
 
+def plain_segments(first: Any, second: Any, third: Any) -> bool:
+    """Whether the three values are names :func:`check_name` accepts at a glance with
+    ``allow_slash=False`` (each a str of 1 to 255 ASCII characters, no '/'): readers check an
+    identity's names so, and leave anything else to the full checks and their messages."""
+    return (
+        type(first) is str
+        and type(second) is str
+        and type(third) is str
+        and 0 < len(first) <= MAX_NAME_BYTES
+        and 0 < len(second) <= MAX_NAME_BYTES
+        and 0 < len(third) <= MAX_NAME_BYTES
+        and (joined := first + second + third).isascii()
+        and "/" not in joined
+    )
+
+
+def plain_u64(value: Any) -> bool:
+    """Whether ``value`` is an int :func:`check_instance_id` accepts (not a bool, 0 to 2**64-1)."""
+    return type(value) is int and 0 <= value <= U64_MAX
+
+
 def is_unicode(text: str) -> bool:
     """Whether a str is valid Unicode: no lone surrogates (``os.fsdecode`` makes them of bad bytes)."""
     try:

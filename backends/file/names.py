@@ -62,7 +62,7 @@ def record_from(
     if instance.kind is not kind:
         raise ValidationError(f"a {instance.kind.value} record does not belong in {kind.bucket}")
     instance_id = instance.id()
-    if instance_id != known and record_name(instance_id) != name:
+    if (known is None or instance_id != known) and record_name(instance_id) != name:
         raise ValidationError(
             f"it holds the record {instance_id.to_path()!r}, whose file name is {record_name(instance_id)!r}; "
             "a record is served only under its own name"

@@ -3,6 +3,8 @@ ValidationError, and what parses writes back as itself."""
 
 from __future__ import annotations
 
+import dataclasses
+import pickle
 from typing import Any
 
 import orjson
@@ -39,6 +41,16 @@ def assert_well_formed(instance: ds.DiscoveryInstance) -> None:
     repr(instance)
     assert ds.id_from_path(instance.kind, instance.id().to_path()) == instance.id()
     assert ds.instance_from_json(ds.instance_to_json(instance)) == instance
+    # readers build the usual records without their classes' checks (discovery_sync.assembly):
+    # the same record through __init__ must be accepted and be the same in every respect
+    rebuilt = dataclasses.replace(instance)
+    assert (rebuilt, rebuilt.id(), hash(rebuilt.id()), repr(rebuilt)) == (
+        instance,
+        instance.id(),
+        hash(instance.id()),
+        repr(instance),
+    )
+    assert pickle.loads(pickle.dumps(instance)) == instance
     changed = changed_number({key: value for key, value in instance.to_dict().items() if key not in OWN_IDS})
     if changed is None:
         assert stored_form(instance) == instance
