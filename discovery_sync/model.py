@@ -105,21 +105,13 @@ class Endpoint(_ServedOnEndpoint):
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Endpoint:
         namespace, component, endpoint, instance_id, transport = _ENDPOINT_FIELDS.of(data)
+        plane, device_type = Transport.from_json_value(transport), data.get("device_type")
         codec = data.get("request_plane_codec")
-        if (codec is None or codec == "json" or codec == "msgpack") and _plain_ids(
+        if (codec is None or (type(codec) is str and codec in REQUEST_PLANE_CODECS)) and _plain_ids(
             namespace, component, endpoint, instance_id
         ):
-            plane = Transport.from_json_value(transport)
-            return _plain_endpoint(namespace, component, endpoint, instance_id, plane, data.get("device_type"), codec)
-        return cls(
-            namespace,
-            component,
-            endpoint,
-            instance_id,
-            Transport.from_json_value(transport),
-            data.get("device_type"),
-            data.get("request_plane_codec"),
-        )
+            return _plain_endpoint(namespace, component, endpoint, instance_id, plane, device_type, codec)
+        return cls(namespace, component, endpoint, instance_id, plane, device_type, codec)
 
 
 @dataclass(frozen=True, slots=True)
